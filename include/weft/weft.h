@@ -1,0 +1,156 @@
+/*
+ * Weft: a collective communication library with an NCCL-shaped C API.
+ *
+ * Every function returns a weftResult_t whose values match ncclResult_t. When a call fails,
+ * weftGetLastError() returns a readable sentence saying what went wrong and, where a peer is
+ * at fault, which rank and host.
+ *
+ * This header is C11-compatible; all exported symbols carry the `weft` prefix.
+ */
+#ifndef WEFT_WEFT_H_
+#define WEFT_WEFT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_MAJOR 0
+#define WEFT_MINOR 1
+#define WEFT_PATCH 0
+#define WEFT_VERSION_CODE (WEFT_MAJOR * 10000 + WEFT_MINOR * 100 + WEFT_PATCH)
+
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+/* Result codes: the same values as ncclResult_t. */
+typedef enum {
+  weftSuccess = 0,
+  weftUnhandledCudaError = 1,
+  weftSystemError = 2,
+  weftInternalError = 3,
+  weftInvalidArgument = 4,
+  weftInvalidUsage = 5,
+  weftRemoteError = 6,
+  weftInProgress = 7,
+  weftTimeout = 8,
+  weftNumResults = 9
+} weftResult_t;
+
+/* Element types: the same values as ncclDataType_t. */
+typedef enum {
+  weftInt8 = 0,
+  weftChar = 0,
+  weftUint8 = 1,
+  weftInt32 = 2,
+  weftInt = 2,
+  weftUint32 = 3,
+  weftInt64 = 4,
+  weftUint64 = 5,
+  weftFloat16 = 6,
+  weftHalf = 6,
+  weftFloat32 = 7,
+  weftFloat = 7,
+  weftFloat64 = 8,
+  weftDouble = 8,
+  weftBfloat16 = 9,
+  weftFloat8e4m3 = 10,
+  weftFloat8e5m2 = 11,
+  weftNumTypes = 12
+} weftDataType_t;
+
+/* Reduction operators: the same values as ncclRedOp_t. Avg divides the sum by the number of
+ * ranks (truncating for integer types, as NCCL does). */
+typedef enum {
+  weftSum = 0,
+  weftProd = 1,
+  weftMax = 2,
+  weftMin = 3,
+  weftAvg = 4,
+  weftNumOps = 5
+} weftRedOp_t;
+
+/* Opaque identifier of a communicator clique: the root's address and a random secret. Made by
+ * weftGetUniqueId on one process and handed to every rank out of band. */
+#define WEFT_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[WEFT_UNIQUE_ID_BYTES];
+} weftUniqueId;
+
+typedef struct weftComm* weftComm_t;
+
+/* A stream: NULL means "complete before returning". Later releases accept GPU streams
+ * (cudaStream_t / hipStream_t) and Weft host streams here. */
+typedef void* weftStream_t;
+
+/* Communicator configuration. Always start from WEFT_CONFIG_INITIALIZER, then set fields. */
+#define WEFT_CONFIG_UNDEF_INT INT32_MIN
+typedef struct {
+  size_t size;          /* sizeof(weftConfig_t), set by the initializer */
+  unsigned int magic;   /* set by the initializer */
+  unsigned int version; /* set by the initializer */
+  int blocking;         /* 1 (default): init blocks; 0: init returns weftInProgress, poll
+                           weftCommGetAsyncError until it is no longer weftInProgress */
+  int timeoutMs;        /* deadline for every blocking wait; default WEFT_TIMEOUT_MS or 300000 */
+} weftConfig_t;
+
+#define WEFT_CONFIG_MAGIC 0x77656674u /* "weft" */
+#define WEFT_CONFIG_INITIALIZER                                                    \
+  {                                                                                \
+    sizeof(weftConfig_t), WEFT_CONFIG_MAGIC, WEFT_VERSION_CODE,                    \
+        WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT                               \
+  }
+
+/* Version as WEFT_VERSION_CODE. */
+WEFT_API weftResult_t weftGetVersion(int* version);
+
+/* Creates a unique id on the calling process, which then hosts the rendezvous for it until
+ * every rank has joined (or the timeout passes). */
+WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId);
+
+/* Creates this rank's communicator; collective over all nranks ranks holding the same id. */
+WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId commId,
+                                       int rank);
+WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nranks, weftUniqueId commId,
+                                             int rank, weftConfig_t* config);
+
+/* Creates this rank's communicator from the launcher's environment: torchrun's (MASTER_ADDR,
+ * MASTER_PORT, RANK, WORLD_SIZE), Open MPI's (OMPI_COMM_WORLD_*), Slurm's (SLURM_PROCID,
+ * SLURM_NTASKS, ...), with WEFT_COMM_ID=host:port naming the root's listening address. */
+WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm);
+
+/* Waits for in-flight work (with the deadline), then frees the communicator. */
+WEFT_API weftResult_t weftCommDestroy(weftComm_t comm);
+
+/* Stops everything at once, wakes every waiter, frees the communicator. Safe after a failure. */
+WEFT_API weftResult_t weftCommAbort(weftComm_t comm);
+
+/* weftSuccess, weftInProgress while a non-blocking init runs, or the error that ended it. */
+WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError);
+
+WEFT_API weftResult_t weftCommCount(const weftComm_t comm, int* count);
+WEFT_API weftResult_t weftCommUserRank(const weftComm_t comm, int* rank);
+
+/* A fixed sentence for each result code. */
+WEFT_API const char* weftGetErrorString(weftResult_t result);
+
+/* The last error's full text: the communicator's when comm is not NULL, otherwise the calling
+ * thread's. Valid until the next failing call on that communicator or thread. */
+WEFT_API const char* weftGetLastError(weftComm_t comm);
+
+/* Reduces count elements of sendbuff across all ranks into every rank's recvbuff. In place when
+ * sendbuff == recvbuff. Buffers are host memory. */
+WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                    weftStream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WEFT_WEFT_H_ */

@@ -1,0 +1,27 @@
+// Element-wise reductions on host memory for every weftDataType_t x weftRedOp_t.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "weft/weft.h"
+
+namespace weft::kernels {
+
+// Bytes per element; 0 for an invalid type.
+size_t dataTypeSize(weftDataType_t type);
+bool isValidDataType(int type);
+const char* dataTypeName(weftDataType_t type);
+const char* redOpName(weftRedOp_t op);
+
+// dst[i] = a[i] op b[i] for i < count, where op is Sum, Prod, Max or Min (Avg reduces as Sum and
+// is finished by divide()). dst may alias a or b exactly. Half, bfloat16 and fp8 are computed in
+// float and rounded to nearest even; fp8 saturates to the largest finite value on overflow.
+void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
+            weftRedOp_t op);
+
+// dst[i] = src[i] / divisor (Avg's last step). Integer types truncate toward zero, like NCCL.
+// dst may alias src exactly.
+void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor);
+
+}  // namespace weft::kernels
