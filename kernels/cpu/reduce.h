@@ -17,11 +17,14 @@ const char* redOpName(weftRedOp_t op);
 // dst[i] = a[i] op b[i] for i < count, where op is Sum, Prod, Max or Min (Avg reduces as Sum and
 // is finished by divide()). dst may alias a or b exactly. Half, bfloat16 and fp8 are computed in
 // float and rounded to nearest even; fp8 saturates to the largest finite value on overflow.
+// Integer Sum and Prod wrap; float Max and Min return NaN if either input is NaN. An invalid
+// type or op does nothing (callers validate).
 void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
             weftRedOp_t op);
 
 // dst[i] = src[i] / divisor (Avg's last step). Integer types truncate toward zero, like NCCL.
-// dst may alias src exactly.
+// dst may alias src exactly. Floats divide in float (double for Float64) and round back.
+// divisor is never 0 (the rank count); 0 does nothing.
 void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor);
 
 }  // namespace weft::kernels

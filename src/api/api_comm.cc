@@ -1,0 +1,171 @@
+// Communicator lifecycle: unique ids, init (blocking and not), destroy, abort, queries.
+#include <unistd.h>
+
+#include "api/comm_handle.h"
+#include "core/bootstrap.h"
+#include "core/launch_env.h"
+#include "transport/socket/interface_select.h"
+#include "util/env.h"
+#include "util/log.h"
+
+using namespace weft;
+using api::CommState;
+
+namespace {
+
+Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* blocking) {
+  *blocking = true;
+  if (config == nullptr) return Status::ok();
+  if (config->magic != WEFT_CONFIG_MAGIC || config->size != sizeof(weftConfig_t)) {
+    return Status(weftInvalidArgument, "the config was not made with WEFT_CONFIG_INITIALIZER (bad magic or size)");
+  }
+  if (config->blocking != WEFT_CONFIG_UNDEF_INT) {
+    if (config->blocking != 0 && config->blocking != 1) {
+      return Status(weftInvalidArgument, formatString("config.blocking must be 0 or 1, got %d", config->blocking));
+    }
+    *blocking = config->blocking == 1;
+  }
+  if (config->timeoutMs != WEFT_CONFIG_UNDEF_INT) {
+    if (config->timeoutMs <= 0) {
+      return Status(weftInvalidArgument, formatString("config.timeoutMs must be positive, got %d", config->timeoutMs));
+    }
+    out->timeoutMs = config->timeoutMs;
+  }
+  return Status::ok();
+}
+
+// Runs (or starts, when non-blocking) the collective part of init for a new handle.
+weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id, int nranks, int rank,
+                              const core::CommConfig& config, bool blocking, std::string removeWhenReady) {
+  auto state = std::make_shared<CommState>();
+  state->rank = rank;
+  state->nranks = nranks;
+  state->removeWhenReady = std::move(removeWhenReady);
+  auto work = [state, id, nranks, rank, config]() -> Status {
+    auto made = core::Communicator::create(id, nranks, rank, config, &state->abortFlag);
+    if (!state->removeWhenReady.empty()) ::unlink(state->removeWhenReady.c_str());
+    Status status = made.isOk() ? Status::ok() : made.status().withContext(formatString("rank %d of %d: init", rank, nranks));
+    if (made.isOk()) state->communicator = made.take();
+    if (!status.isOk()) api::reportError(status, state.get());
+    state->asyncResult.store(status.code(), std::memory_order_release);
+    return status;
+  };
+  if (blocking) {
+    Status status = work();
+    if (!status.isOk()) {
+      *comm = nullptr;
+      return status.code();
+    }
+    *comm = api::registerComm(state);
+    return weftSuccess;
+  }
+  try {
+    state->initThread = std::thread([work] { (void)work(); });
+  } catch (const std::system_error& e) {
+    return api::reportError(Status(weftSystemError, std::string("cannot start the init thread: ") + e.what()));
+  }
+  *comm = api::registerComm(state);
+  return weftInProgress;
+}
+
+// Destroy and abort: stop the init thread if any, wait for an in-flight collective, free.
+weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) {
+  auto state = api::unregisterComm(comm);
+  if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
+  if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
+  if (state->initThread.joinable()) state->initThread.join();
+  std::lock_guard<std::mutex> wait(state->operationMutex);
+  state->communicator.reset();
+  return weftSuccess;
+}
+
+}  // namespace
+
+extern "C" WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return api::reportError(Status(weftInvalidArgument, "weftGetUniqueId: uniqueId is NULL"));
+  auto timeout = defaultTimeoutMs();
+  if (!timeout.isOk()) return api::reportError(timeout.status());
+  auto itf = transport::chooseInterface();
+  if (!itf.isOk()) return api::reportError(itf.status().withContext("weftGetUniqueId"));
+  auto secret = core::newSecret();
+  if (!secret.isOk()) return api::reportError(secret.status().withContext("weftGetUniqueId"));
+  core::UniqueIdContents contents;
+  contents.secret = secret.value();
+  Status started = core::startBootstrapRoot(itf.value().address, contents.secret, timeout.value(), &contents.root);
+  if (!started.isOk()) return api::reportError(started.withContext("weftGetUniqueId"));
+  WEFT_INFO("unique id: root on %s (%s)", contents.root.toString().c_str(), itf.value().name.c_str());
+  core::encodeUniqueId(contents, uniqueId);
+  return weftSuccess;
+}
+
+extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nranks, weftUniqueId commId, int rank,
+                                                        weftConfig_t* config) {
+  if (comm == nullptr) return api::reportError(Status(weftInvalidArgument, "weftCommInitRank: comm is NULL"));
+  *comm = nullptr;
+  if (nranks < 1) {
+    return api::reportError(Status(weftInvalidArgument, formatString("weftCommInitRank: nranks must be at least 1, got %d", nranks)));
+  }
+  if (rank < 0 || rank >= nranks) {
+    return api::reportError(Status(weftInvalidArgument,
+                                   formatString("weftCommInitRank: rank %d is outside [0, %d)", rank, nranks)));
+  }
+  auto commConfig = core::defaultCommConfig();
+  if (!commConfig.isOk()) return api::reportError(commConfig.status().withContext("weftCommInitRank"));
+  bool blocking = true;
+  Status checked = checkConfig(config, &commConfig.value(), &blocking);
+  if (!checked.isOk()) return api::reportError(checked.withContext("weftCommInitRank"));
+  auto id = core::decodeUniqueId(commId);
+  if (!id.isOk()) return api::reportError(id.status().withContext("weftCommInitRank"));
+  return initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "");
+}
+
+extern "C" WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId commId, int rank) {
+  return weftCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+extern "C" WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm) {
+  if (comm == nullptr) return api::reportError(Status(weftInvalidArgument, "weftCommInitFromEnv: comm is NULL"));
+  *comm = nullptr;
+  auto config = core::defaultCommConfig();
+  if (!config.isOk()) return api::reportError(config.status().withContext("weftCommInitFromEnv"));
+  auto launch = core::launchFromEnvironment(config.value().timeoutMs);
+  if (!launch.isOk()) return api::reportError(launch.status().withContext("weftCommInitFromEnv"));
+  const core::LaunchInfo& info = launch.value();
+  WEFT_INFO("rank %d of %d from %s, root %s", info.rank, info.nranks, info.launcher.c_str(),
+            info.id.root.toString().c_str());
+  return initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove);
+}
+
+extern "C" WEFT_API weftResult_t weftCommDestroy(weftComm_t comm) {
+  return releaseCommunicator(comm, false, "weftCommDestroy");
+}
+
+extern "C" WEFT_API weftResult_t weftCommAbort(weftComm_t comm) {
+  return releaseCommunicator(comm, true, "weftCommAbort");
+}
+
+extern "C" WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError) {
+  if (asyncError == nullptr) return api::reportError(Status(weftInvalidArgument, "weftCommGetAsyncError: asyncError is NULL"));
+  auto state = api::lookupComm(comm);
+  if (!state) return api::reportError(Status(weftInvalidArgument, "weftCommGetAsyncError: invalid communicator"));
+  *asyncError = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
+  return weftSuccess;
+}
+
+extern "C" WEFT_API weftResult_t weftCommCount(const weftComm_t comm, int* count) {
+  auto state = api::lookupComm(comm);
+  if (!state || count == nullptr) {
+    return api::reportError(Status(weftInvalidArgument, "weftCommCount: invalid communicator or NULL count"));
+  }
+  *count = state->nranks;
+  return weftSuccess;
+}
+
+extern "C" WEFT_API weftResult_t weftCommUserRank(const weftComm_t comm, int* rank) {
+  auto state = api::lookupComm(comm);
+  if (!state || rank == nullptr) {
+    return api::reportError(Status(weftInvalidArgument, "weftCommUserRank: invalid communicator or NULL rank"));
+  }
+  *rank = state->rank;
+  return weftSuccess;
+}

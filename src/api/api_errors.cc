@@ -1,0 +1,97 @@
+// Error strings, last-error text and the communicator handle registry.
+#include <mutex>
+#include <unordered_map>
+
+#include "api/comm_handle.h"
+#include "util/log.h"
+
+namespace weft::api {
+namespace {
+
+thread_local std::string threadLastError;
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<uintptr_t, std::shared_ptr<CommState>> comms;
+  uintptr_t nextHandle = 0x57000;
+};
+
+Registry& registry() {
+  static Registry* instance = new Registry;  // never destroyed: handles may outlive static destruction
+  return *instance;
+}
+
+}  // namespace
+
+weftComm_t registerComm(std::shared_ptr<CommState> state) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  uintptr_t handle = r.nextHandle;
+  r.nextHandle += 16;
+  r.comms.emplace(handle, std::move(state));
+  return reinterpret_cast<weftComm_t>(handle);
+}
+
+std::shared_ptr<CommState> lookupComm(weftComm_t comm) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.comms.find(reinterpret_cast<uintptr_t>(comm));
+  return it == r.comms.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<CommState> unregisterComm(weftComm_t comm) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.comms.find(reinterpret_cast<uintptr_t>(comm));
+  if (it == r.comms.end()) return nullptr;
+  auto state = std::move(it->second);
+  r.comms.erase(it);
+  return state;
+}
+
+weftResult_t reportError(const Status& status, CommState* state) {
+  if (status.isOk()) return weftSuccess;
+  threadLastError = status.message();
+  if (state != nullptr) {
+    std::lock_guard<std::mutex> lock(state->lastErrorMutex);
+    state->lastError = status.message();
+  }
+  WEFT_WARN("%s", status.message().c_str());
+  return status.code();
+}
+
+}  // namespace weft::api
+
+using namespace weft;
+
+extern "C" WEFT_API const char* weftGetErrorString(weftResult_t result) {
+  switch (result) {
+    case weftSuccess: return "no error";
+    case weftUnhandledCudaError: return "unhandled GPU runtime error";
+    case weftSystemError: return "unhandled system error (network, memory, file descriptors)";
+    case weftInternalError: return "internal error - please report this issue to the Weft developers";
+    case weftInvalidArgument: return "invalid argument";
+    case weftInvalidUsage: return "invalid usage (run with WEFT_DEBUG=WARN for details)";
+    case weftRemoteError: return "remote process exited or there was a network error";
+    case weftInProgress: return "operation in progress";
+    case weftTimeout: return "timed out";
+    default: return "unknown result code";
+  }
+}
+
+extern "C" WEFT_API const char* weftGetLastError(weftComm_t comm) {
+  if (comm != nullptr) {
+    if (auto state = api::lookupComm(comm)) {
+      std::lock_guard<std::mutex> lock(state->lastErrorMutex);
+      // The string lives in the state; the registry or an in-flight call keeps it alive.
+      return state->lastError.c_str();
+    }
+  }
+  return api::threadLastError.c_str();
+}
+
+extern "C" WEFT_API weftResult_t weftGetVersion(int* version) {
+  if (version == nullptr) return api::reportError(Status(weftInvalidArgument, "weftGetVersion: version is NULL"));
+  *version = WEFT_VERSION_CODE;
+  return weftSuccess;
+}

@@ -1,0 +1,38 @@
+// What a weftComm_t stands for: a registry entry that the API layer looks up on every call.
+// Handles are never reused, so a destroyed or invented handle is an error, not a crash, and a
+// call holds a reference so that an abort from another thread cannot free the state under it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/communicator.h"
+#include "util/status.h"
+
+namespace weft::api {
+
+struct CommState {
+  std::atomic<bool> abortFlag{false};
+  std::atomic<int> asyncResult{weftInProgress};  // weftResult_t; InProgress while init runs
+  std::unique_ptr<core::Communicator> communicator;  // set once init succeeded
+  std::mutex operationMutex;  // held by a running collective; destroy and abort wait on it
+  std::thread initThread;                            // non-blocking init
+  std::string removeWhenReady;                       // local rendezvous file (rank 0)
+  std::mutex lastErrorMutex;
+  std::string lastError;
+  int rank = -1;
+  int nranks = 0;
+};
+
+weftComm_t registerComm(std::shared_ptr<CommState> state);
+std::shared_ptr<CommState> lookupComm(weftComm_t comm);
+std::shared_ptr<CommState> unregisterComm(weftComm_t comm);
+
+// Records the error as the thread's (and the communicator's, when given) last error and
+// returns its code. Logs at WARN.
+weftResult_t reportError(const Status& status, CommState* state = nullptr);
+
+}  // namespace weft::api

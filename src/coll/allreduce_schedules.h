@@ -1,0 +1,25 @@
+// Schedule builders for all-reduce.
+#pragma once
+
+#include "coll/schedule.h"
+
+namespace weft::coll {
+
+struct AllReduceShape {
+  int nranks;
+  int rank;
+  size_t count;
+  size_t elementSize;
+  bool inPlace;
+  bool average;  // append the divide-by-nranks step (weftAvg)
+};
+
+// Ring reduce-scatter then all-gather, each block cut into chunks of about chunkBytes that
+// flow through `slots` scratch buffers, so one chunk is on the wire while another is reduced.
+Schedule buildRingAllReduce(const AllReduceShape& shape, size_t chunkBytes, int slots);
+
+// Recursive doubling over the largest power of two of ranks, the others folded in first and
+// answered last: log2(n) + 2 rounds of whole-buffer exchanges, for small messages.
+Schedule buildRecursiveDoublingAllReduce(const AllReduceShape& shape);
+
+}  // namespace weft::coll

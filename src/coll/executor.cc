@@ -1,0 +1,207 @@
+#include "coll/executor.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "kernels/cpu/reduce.h"
+
+namespace weft::coll {
+namespace {
+
+constexpr int kSpinRounds = 200;    // idle rounds before sleeping in poll()
+constexpr int kMaxSleepMs = 50;     // so abort and the deadline are seen promptly
+
+struct PeerState {
+  transport::Connection* connection = nullptr;
+  size_t sendCursor = 0;  // next index into the schedule's send order to post
+  size_t recvCursor = 0;
+  std::deque<std::pair<transport::RequestId, uint32_t>> postedSends;  // (request, step)
+  std::deque<std::pair<transport::RequestId, uint32_t>> postedRecvs;
+};
+
+class Run {
+ public:
+  Run(const Schedule& schedule, const ExecutionBuffers& buffers, const ExecutionContext& context)
+      : s_(schedule), ctx_(context), remaining_(schedule.steps.size()), ready_(schedule.steps.size(), 0),
+        peers_(schedule.peers.size()) {
+    base_[static_cast<int>(Buffer::Send)] = static_cast<char*>(const_cast<void*>(buffers.send));
+    base_[static_cast<int>(Buffer::Recv)] = static_cast<char*>(buffers.recv);
+    base_[static_cast<int>(Buffer::Scratch)] = static_cast<char*>(buffers.scratch);
+    reduceOp_ = context.op == weftAvg ? weftSum : context.op;
+  }
+
+  Status execute() {
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      auto conn = ctx_.connections->connection(s_.peers[p], ctx_.deadline);
+      if (!conn.isOk()) return conn.status();
+      peers_[p].connection = conn.value();
+    }
+    for (uint32_t i = 0; i < s_.steps.size(); ++i) {
+      remaining_[i] = s_.steps[i].dependencyCount;
+      if (remaining_[i] == 0) WEFT_TRY(markReady(i));
+    }
+    int idleRounds = 0;
+    while (completed_ < s_.steps.size()) {
+      bool progressed = false;
+      while (!computeQueue_.empty()) {
+        uint32_t step = computeQueue_.back();
+        computeQueue_.pop_back();
+        compute(s_.steps[step]);
+        WEFT_TRY(complete(step));
+        progressed = true;
+      }
+      for (size_t p = 0; p < peers_.size(); ++p) WEFT_TRY(progressPeer(p, &progressed));
+      if (progressed || completed_ == s_.steps.size()) {
+        idleRounds = 0;
+        continue;
+      }
+      WEFT_TRY(checkStillAllowed());
+      if (++idleRounds < kSpinRounds) {
+        if (idleRounds > 8) sched_yield();
+        continue;
+      }
+      WEFT_TRY(sleepUntilReady());
+    }
+    return Status::ok();
+  }
+
+ private:
+  char* address(const Region& region) const { return base_[static_cast<int>(region.buffer)] + region.offset; }
+
+  void compute(const Step& step) {
+    switch (step.kind) {
+      case StepKind::Reduce:
+        kernels::reduce(address(step.dst), address(step.src), address(step.src2), step.elements, ctx_.type, reduceOp_);
+        break;
+      case StepKind::Copy:
+        std::memcpy(address(step.dst), address(step.src), step.bytes);
+        break;
+      case StepKind::Divide:
+        kernels::divide(address(step.dst), address(step.dst), step.elements, ctx_.type,
+                        static_cast<uint64_t>(ctx_.nranks));
+        break;
+      default:
+        break;
+    }
+  }
+
+  Status markReady(uint32_t step) {
+    const Step& st = s_.steps[step];
+    if (st.kind == StepKind::Send || st.kind == StepKind::Recv) {
+      ready_[step] = 1;
+      return postInOrder(static_cast<size_t>(st.peerSlot));
+    }
+    computeQueue_.push_back(step);
+    return Status::ok();
+  }
+
+  Status complete(uint32_t step) {
+    ++completed_;
+    const Step& st = s_.steps[step];
+    for (uint32_t i = 0; i < st.successorCount; ++i) {
+      uint32_t next = s_.successors[st.firstSuccessor + i];
+      if (--remaining_[next] == 0) WEFT_TRY(markReady(next));
+    }
+    return Status::ok();
+  }
+
+  // Posts this peer's ready sends and receives, never out of the schedule's order.
+  Status postInOrder(size_t p) {
+    PeerState& peer = peers_[p];
+    const auto& sends = s_.sendOrder[p];
+    while (peer.sendCursor < sends.size() && ready_[sends[peer.sendCursor]]) {
+      uint32_t step = sends[peer.sendCursor++];
+      transport::RequestId id;
+      WEFT_TRY(peer.connection->postSend(address(s_.steps[step].src), s_.steps[step].bytes, &id));
+      peer.postedSends.emplace_back(id, step);
+    }
+    const auto& recvs = s_.recvOrder[p];
+    while (peer.recvCursor < recvs.size() && ready_[recvs[peer.recvCursor]]) {
+      uint32_t step = recvs[peer.recvCursor++];
+      transport::RequestId id;
+      WEFT_TRY(peer.connection->postRecv(address(s_.steps[step].dst), s_.steps[step].bytes, &id));
+      peer.postedRecvs.emplace_back(id, step);
+    }
+    return Status::ok();
+  }
+
+  Status progressPeer(size_t p, bool* progressed) {
+    PeerState& peer = peers_[p];
+    if (peer.postedSends.empty() && peer.postedRecvs.empty()) return Status::ok();
+    Status moved = peer.connection->progress(progressed);
+    if (!moved.isOk()) return moved.withContext(ctx_.collective);
+    // Completions may post more work for this peer; drain until nothing new completes.
+    while (!peer.postedSends.empty() && peer.postedSends.front().first < peer.connection->completedSends()) {
+      uint32_t step = peer.postedSends.front().second;
+      peer.postedSends.pop_front();
+      WEFT_TRY(complete(step));
+    }
+    while (!peer.postedRecvs.empty() && peer.postedRecvs.front().first < peer.connection->completedRecvs()) {
+      uint32_t step = peer.postedRecvs.front().second;
+      peer.postedRecvs.pop_front();
+      WEFT_TRY(complete(step));
+    }
+    return Status::ok();
+  }
+
+  Status checkStillAllowed() const {
+    if (ctx_.abortFlag != nullptr && ctx_.abortFlag->load(std::memory_order_relaxed)) {
+      return Status(weftRemoteError, std::string(ctx_.collective) + ": the communicator was aborted");
+    }
+    if (!ctx_.deadline.expired()) return Status::ok();
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      if (!peers_[p].postedRecvs.empty()) {
+        return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for data from %s",
+                                                ctx_.collective, ctx_.timeoutMs,
+                                                ctx_.connections->describe(s_.peers[p]).c_str()));
+      }
+    }
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      if (!peers_[p].postedSends.empty()) {
+        return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for %s to take data",
+                                                ctx_.collective, ctx_.timeoutMs,
+                                                ctx_.connections->describe(s_.peers[p]).c_str()));
+      }
+    }
+    return Status(weftTimeout, formatString("%s: timed out after %d ms", ctx_.collective, ctx_.timeoutMs));
+  }
+
+  Status sleepUntilReady() {
+    pollFds_.clear();
+    for (const PeerState& peer : peers_) peer.connection->addPollFds(&pollFds_);
+    int waitMs = ctx_.deadline.remainingMs(kMaxSleepMs);
+    if (pollFds_.empty()) {
+      sched_yield();
+      return Status::ok();
+    }
+    if (::poll(pollFds_.data(), pollFds_.size(), waitMs) < 0 && errno != EINTR) {
+      return Status(weftSystemError, "poll: " + errnoString(errno));
+    }
+    return Status::ok();
+  }
+
+  const Schedule& s_;
+  const ExecutionContext& ctx_;
+  char* base_[3];
+  weftRedOp_t reduceOp_;
+  std::vector<uint32_t> remaining_;
+  std::vector<uint8_t> ready_;
+  std::vector<PeerState> peers_;
+  std::vector<uint32_t> computeQueue_;
+  std::vector<pollfd> pollFds_;
+  size_t completed_ = 0;
+};
+
+}  // namespace
+
+Status executeSchedule(const Schedule& schedule, const ExecutionBuffers& buffers, const ExecutionContext& context) {
+  if (schedule.steps.empty()) return Status::ok();
+  Run run(schedule, buffers, context);
+  return run.execute();
+}
+
+}  // namespace weft::coll

@@ -1,0 +1,57 @@
+// An algorithm is data: a Schedule is a graph of steps (send, receive, reduce, copy, divide)
+// over regions of three buffers, with dependencies. Builders make one per (algorithm, count,
+// element size, rank layout, in-place); one Executor runs any of them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "util/status.h"
+
+namespace weft::coll {
+
+enum class Buffer : uint8_t { Send, Recv, Scratch };
+
+struct Region {
+  Buffer buffer;
+  size_t offset;  // bytes
+};
+
+enum class StepKind : uint8_t {
+  Send,    // bytes from `src` to `peer`
+  Recv,    // bytes from `peer` into `dst`
+  Reduce,  // dst = src op src2, `elements` of them; dst may equal src or src2
+  Copy,    // bytes from `src` to `dst`
+  Divide,  // dst = dst / nranks (Avg's last step), `elements` of them
+};
+
+struct Step {
+  StepKind kind;
+  int peer = -1;
+  int peerSlot = -1;  // index into Schedule::peers, filled by the builder
+  Region dst{Buffer::Recv, 0};
+  Region src{Buffer::Send, 0};
+  Region src2{Buffer::Scratch, 0};
+  size_t bytes = 0;     // Send, Recv, Copy
+  size_t elements = 0;  // Reduce, Divide
+  // Dependencies: this step may start when `dependencyCount` earlier steps have finished;
+  // when it finishes it releases the steps listed in successors[firstSuccessor, +successorCount).
+  uint32_t dependencyCount = 0;
+  uint32_t firstSuccessor = 0;
+  uint32_t successorCount = 0;
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  std::vector<uint32_t> successors;
+  size_t scratchBytes = 0;
+  // Per peer, its sends and receives in the order they must be posted (the transport matches
+  // the n-th send with the n-th receive).
+  std::vector<int> peers;
+  std::vector<std::vector<uint32_t>> sendOrder;  // parallel to peers
+  std::vector<std::vector<uint32_t>> recvOrder;  // parallel to peers
+  const char* algorithm = "";
+};
+
+}  // namespace weft::coll

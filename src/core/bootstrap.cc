@@ -1,0 +1,95 @@
+// The rank side of the bootstrap: listen for peers, say hello to the root, read the table.
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
+#include "transport/socket/interface_select.h"
+#include "util/log.h"
+
+namespace weft::core {
+
+using transport::SocketAddress;
+using transport::UniqueFd;
+
+std::string localHostName() {
+  char name[kHostNameBytes] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+uint64_t localHostHash() {
+  std::string identity = localHostName();
+  std::ifstream bootId("/proc/sys/kernel/random/boot_id");
+  std::string line;
+  if (std::getline(bootId, line)) identity += "/" + line;
+  return fnv1a64(identity.data(), identity.size());
+}
+
+Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
+                                  const std::atomic<bool>* abortFlag) {
+  Deadline deadline = Deadline::afterMs(timeoutMs);
+  Rendezvous out;
+
+  WEFT_ASSIGN_OR_RETURN(SocketAddress listenAddress, transport::chooseListenAddress(id.root));
+  SocketAddress bound;
+  WEFT_ASSIGN_OR_RETURN(out.listenFd, transport::listenOn(listenAddress, &bound));
+
+  RankHello hello{};
+  hello.magic = kHelloMagic;
+  hello.version = kProtocolVersion;
+  std::memcpy(hello.secret, id.secret.data(), sizeof(hello.secret));
+  hello.rank = rank;
+  hello.nranks = nranks;
+  hello.timeoutMs = timeoutMs;
+  hello.pid = static_cast<uint32_t>(::getpid());
+  hello.hostHash = localHostHash();
+  hello.listen = transport::toWire(bound);
+  std::snprintf(hello.hostName, sizeof(hello.hostName), "%s", localHostName().c_str());
+
+  const std::string where = "bootstrap root " + id.root.toString();
+  auto connected = transport::connectTo(id.root, deadline, abortFlag);
+  if (!connected.isOk()) return connected.status().withContext("rank " + std::to_string(rank) + " cannot reach the " + where);
+  UniqueFd root = connected.take();
+  WEFT_TRY(transport::sendAll(root.get(), &hello, sizeof(hello), deadline, abortFlag).withContext(where));
+
+  RootReply reply{};
+  Status got = transport::recvAll(root.get(), &reply, sizeof(reply), deadline, abortFlag);
+  if (got.code() == weftTimeout) {
+    return Status(weftTimeout, formatString("rank %d timed out after %d ms waiting for the other %d rank(s) at the %s",
+                                            rank, timeoutMs, nranks - 1, where.c_str()));
+  }
+  if (got.code() == weftRemoteError) {
+    return Status(weftRemoteError, "the " + where + " closed the connection: the id is stale or belongs to another job");
+  }
+  WEFT_TRY(got);
+  if (reply.magic != kReplyMagic) return Status(weftRemoteError, "the " + where + " sent a malformed reply");
+  if (reply.result != weftSuccess) {
+    reply.message[sizeof(reply.message) - 1] = '\0';
+    weftResult_t code = reply.result > 0 && reply.result < weftNumResults ? static_cast<weftResult_t>(reply.result)
+                                                                          : weftRemoteError;
+    return Status(code, reply.message);
+  }
+  if (reply.nranks != nranks) {
+    return Status(weftRemoteError, formatString("the %s answered for %d ranks, expected %d", where.c_str(), reply.nranks, nranks));
+  }
+  std::vector<PeerRecord> records(static_cast<size_t>(nranks));
+  WEFT_TRY(transport::recvAll(root.get(), records.data(), records.size() * sizeof(PeerRecord), deadline, abortFlag)
+               .withContext(where));
+  out.peers.resize(records.size());
+  for (size_t r = 0; r < records.size(); ++r) {
+    auto address = transport::fromWire(records[r].listen);
+    if (!address.isOk()) return address.status().withContext(where);
+    out.peers[r].listen = address.value();
+    out.peers[r].pid = records[r].pid;
+    out.peers[r].hostHash = records[r].hostHash;
+    records[r].hostName[sizeof(records[r].hostName) - 1] = '\0';
+    out.peers[r].hostName = records[r].hostName;
+  }
+  WEFT_INFO("rank %d of %d: bootstrap done, listening for peers on %s", rank, nranks, bound.toString().c_str());
+  return out;
+}
+
+}  // namespace weft::core

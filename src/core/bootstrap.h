@@ -1,0 +1,40 @@
+// Bootstrap: every rank meets the others through the root named in the unique id. A rank
+// proves the id's secret, says where it listens and which host it runs on, and receives the
+// same facts about every rank. Strangers and garbage are dropped without disturbing the job.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "core/unique_id.h"
+#include "transport/socket/socket_util.h"
+
+namespace weft::core {
+
+struct PeerInfo {
+  transport::SocketAddress listen;
+  std::string hostName;
+  uint64_t hostHash = 0;  // equal on ranks that share a host (same boot id and hostname)
+  uint32_t pid = 0;
+};
+
+struct Rendezvous {
+  std::vector<PeerInfo> peers;
+  transport::UniqueFd listenFd;  // where this rank accepts its peers' connections
+};
+
+// Starts a root on `bindAddress` (port 0 picks one) in a background thread that serves one
+// rendezvous and then exits, or gives up after `lifetimeMs` without a full set of ranks.
+Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret,
+                          int lifetimeMs, transport::SocketAddress* bound);
+
+// Joins the rendezvous of `id` as `rank` of `nranks`.
+Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
+                                  const std::atomic<bool>* abortFlag);
+
+// This host's identity: hostname and kernel boot id, hashed.
+uint64_t localHostHash();
+std::string localHostName();
+
+}  // namespace weft::core

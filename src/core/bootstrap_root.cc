@@ -1,0 +1,200 @@
+// The bootstrap root: a thread that collects one RankHello from each rank, checks them, and
+// answers every rank with the full table (or with an error naming what went wrong).
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
+#include "util/log.h"
+
+namespace weft::core {
+namespace {
+
+using transport::SocketAddress;
+using transport::UniqueFd;
+
+constexpr int kHelloDeadlineMs = 10000;  // a connection must say hello this fast
+
+struct PendingConnection {
+  UniqueFd fd;
+  SocketAddress from;
+  RankHello hello{};
+  size_t received = 0;
+  Deadline deadline = Deadline::afterMs(kHelloDeadlineMs);
+};
+
+class RootServer {
+ public:
+  RootServer(UniqueFd listenFd, const Secret& secret, int lifetimeMs)
+      : listenFd_(std::move(listenFd)), secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)) {}
+
+  void serve() {
+    while (joinedCount_ < nranks_ || nranks_ == 0) {
+      if (deadline_.expired()) return failTimeout();
+      std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
+      for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
+      int n = ::poll(fds.data(), fds.size(), deadline_.remainingMs(1000));
+      if (n < 0 && errno != EINTR) return fail(weftSystemError, "bootstrap root: poll failed: " + errnoString(errno));
+      if (fds[0].revents & POLLIN) acceptNew();
+      if (!readHellos()) return;
+    }
+    replyAll();
+  }
+
+ private:
+  void acceptNew() {
+    for (;;) {
+      PendingConnection p;
+      auto fd = transport::acceptOne(listenFd_.get(), Deadline::afterMs(0), nullptr, &p.from);
+      if (!fd.isOk()) return;
+      p.fd = fd.take();
+      pending_.push_back(std::move(p));
+    }
+  }
+
+  enum class Outcome { Waiting, Dropped, Admitted, Failed };
+
+  // Returns false when the rendezvous has failed and the server must stop.
+  bool readHellos() {
+    for (size_t i = 0; i < pending_.size();) {
+      Outcome outcome = readHello(pending_[i]);
+      if (outcome == Outcome::Failed) return false;
+      if (outcome == Outcome::Waiting) {
+        ++i;
+      } else {
+        pending_.erase(pending_.begin() + static_cast<long>(i));
+      }
+    }
+    return true;
+  }
+
+  Outcome readHello(PendingConnection& p) {
+    char* into = reinterpret_cast<char*>(&p.hello) + p.received;
+    ssize_t n = ::recv(p.fd.get(), into, sizeof(RankHello) - p.received, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return Outcome::Dropped;
+    if (n > 0) p.received += static_cast<size_t>(n);
+    if (p.received < sizeof(RankHello)) {
+      if (!p.deadline.expired()) return Outcome::Waiting;
+      WEFT_WARN("bootstrap root: dropped a connection from %s that sent no hello in time", p.from.toString().c_str());
+      return Outcome::Dropped;
+    }
+    std::string why = validate(p.hello);
+    if (!why.empty()) {
+      WEFT_WARN("bootstrap root: dropped a connection from %s: %s", p.from.toString().c_str(), why.c_str());
+      return Outcome::Dropped;
+    }
+    return admit(p) ? Outcome::Admitted : Outcome::Failed;
+  }
+
+  // A hello that does not prove the secret, or is not ours, is dropped; nothing else happens.
+  std::string validate(const RankHello& h) const {
+    if (h.magic != kHelloMagic) return "not a Weft hello";
+    if (h.version != kProtocolVersion) return formatString("protocol version %u, expected %u", h.version, kProtocolVersion);
+    if (!transport::constantTimeEqual(h.secret, secret_.data(), secret_.size())) return "wrong secret (a stale or forged id?)";
+    return "";
+  }
+
+  // A hello with the right secret from a confused rank fails the whole rendezvous, loudly.
+  bool admit(PendingConnection& p) {
+    const RankHello& h = p.hello;
+    std::string host(h.hostName, strnlen(h.hostName, sizeof(h.hostName)));
+    if (h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 || h.rank >= h.nranks) {
+      fail(weftInvalidUsage, formatString("bootstrap: a rank on %s claimed rank %d of %d", host.c_str(), h.rank, h.nranks));
+      return false;
+    }
+    if (nranks_ == 0) {
+      nranks_ = h.nranks;
+      joined_.resize(static_cast<size_t>(nranks_));
+      records_.resize(static_cast<size_t>(nranks_));
+      int timeoutMs = std::max(1, h.timeoutMs);
+      deadline_ = deadline_.earlier(Deadline::afterMs(timeoutMs - timeoutMs / 10));
+    }
+    if (h.nranks != nranks_) {
+      fail(weftInvalidUsage, formatString("bootstrap: rank %d on %s says there are %d ranks, rank(s) before it said %d",
+                                          h.rank, host.c_str(), h.nranks, nranks_));
+      return false;
+    }
+    auto& slot = joined_[static_cast<size_t>(h.rank)];
+    if (slot.valid()) {
+      fail(weftInvalidUsage, formatString("bootstrap: rank %d joined twice (second time from %s)", h.rank, host.c_str()));
+      return false;
+    }
+    PeerRecord& rec = records_[static_cast<size_t>(h.rank)];
+    rec.listen = h.listen;
+    rec.pid = h.pid;
+    rec.hostHash = h.hostHash;
+    std::memcpy(rec.hostName, h.hostName, sizeof(rec.hostName));
+    rec.hostName[sizeof(rec.hostName) - 1] = '\0';
+    slot = std::move(p.fd);
+    ++joinedCount_;
+    return true;
+  }
+
+  void replyAll() {
+    RootReply reply{kReplyMagic, weftSuccess, nranks_, 0, {}};
+    for (auto& fd : joined_) {
+      Deadline d = Deadline::afterMs(kHelloDeadlineMs);
+      Status s = transport::sendAll(fd.get(), &reply, sizeof(reply), d);
+      if (s.isOk()) s = transport::sendAll(fd.get(), records_.data(), records_.size() * sizeof(PeerRecord), d);
+      if (!s.isOk()) WEFT_WARN("bootstrap root: could not answer a rank: %s", s.message().c_str());
+    }
+  }
+
+  void failTimeout() {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      if (joined_[static_cast<size_t>(r)].valid()) continue;
+      if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (count > 16) missing += formatString(" and %d more", count - 16);
+    fail(weftTimeout, formatString("bootstrap: %d of %d ranks joined before the timeout; missing rank(s): %s",
+                                   joinedCount_, nranks_, missing.c_str()));
+  }
+
+  void fail(weftResult_t code, const std::string& message) {
+    WEFT_WARN("%s", message.c_str());
+    RootReply reply{kReplyMagic, code, nranks_, 0, {}};
+    std::snprintf(reply.message, sizeof(reply.message), "%s", message.c_str());
+    auto tell = [&](UniqueFd& fd) {
+      if (fd.valid()) (void)transport::sendAll(fd.get(), &reply, sizeof(reply), Deadline::afterMs(1000));
+    };
+    for (auto& fd : joined_) tell(fd);
+    for (auto& p : pending_) {
+      if (p.received == sizeof(RankHello) && validate(p.hello).empty()) tell(p.fd);
+    }
+  }
+
+  UniqueFd listenFd_;
+  Secret secret_;
+  Deadline deadline_;
+  int nranks_ = 0;
+  int joinedCount_ = 0;
+  std::vector<PendingConnection> pending_;
+  std::vector<UniqueFd> joined_;
+  std::vector<PeerRecord> records_;
+};
+
+}  // namespace
+
+Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret& secret, int lifetimeMs,
+                          SocketAddress* bound) {
+  WEFT_ASSIGN_OR_RETURN(UniqueFd listenFd, transport::listenOn(bindAddress, bound));
+  WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
+  try {
+    std::thread([server = std::make_shared<RootServer>(std::move(listenFd), secret, lifetimeMs)] {
+      server->serve();
+    }).detach();
+  } catch (const std::system_error& e) {
+    return Status(weftSystemError, std::string("cannot start the bootstrap root thread: ") + e.what());
+  }
+  return Status::ok();
+}
+
+}  // namespace weft::core

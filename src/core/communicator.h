@@ -1,0 +1,50 @@
+// A communicator: this rank's place in a clique, its peer connections, and the collectives.
+#pragma once
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+
+#include "coll/algorithm_choice.h"
+#include "core/peer_mesh.h"
+#include "core/unique_id.h"
+
+namespace weft::core {
+
+struct CommConfig {
+  int timeoutMs = 300000;
+  int streamsPerPeer = 1;
+};
+
+// Reads WEFT_TIMEOUT_MS and WEFT_SOCKET_NSTREAMS into the defaults.
+Result<CommConfig> defaultCommConfig();
+
+class Communicator {
+ public:
+  // Collective over all ranks holding `id`; returns when every rank has joined.
+  static Result<std::unique_ptr<Communicator>> create(const UniqueIdContents& id, int nranks, int rank,
+                                                      const CommConfig& config, const std::atomic<bool>* abortFlag);
+
+  int rank() const { return mesh_.rank(); }
+  int size() const { return mesh_.size(); }
+
+  Status allReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t type, weftRedOp_t op);
+
+ private:
+  Communicator(PeerMesh mesh, const CommConfig& config, coll::TuningConfig tuning, const std::atomic<bool>* abortFlag);
+  void* scratch(size_t bytes);
+  // A failed collective leaves connections mid-message: the communicator stays failed.
+  Status fail(Status status);
+
+  PeerMesh mesh_;
+  CommConfig config_;
+  coll::TuningConfig tuning_;
+  const std::atomic<bool>* abortFlag_;
+  coll::ScheduleCache schedules_;
+  struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
+  std::unique_ptr<char, FreeDeleter> scratch_;
+  size_t scratchBytes_ = 0;
+  Status failure_;
+};
+
+}  // namespace weft::core

@@ -1,0 +1,167 @@
+#include "core/launch_env.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/bootstrap.h"
+#include "transport/socket/socket_util.h"
+#include "util/env.h"
+#include "util/log.h"
+
+namespace weft::core {
+namespace {
+
+struct LauncherVars {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* localSize;  // for the one-host rendezvous check
+  std::string jobKey;     // unique per launch, for the one-host rendezvous and the fallback secret
+};
+
+Result<int> requiredInt(const char* name, int min, int max) {
+  WEFT_ASSIGN_OR_RETURN(auto value, envInt(name, min, max));
+  if (!value) return Status(weftInvalidUsage, std::string(name) + " is not set");
+  return static_cast<int>(*value);
+}
+
+std::string envOr(const char* name, const char* fallback) { return envString(name).value_or(fallback); }
+
+Result<LauncherVars> detectLauncher() {
+  if (envString("OMPI_COMM_WORLD_RANK")) {
+    return LauncherVars{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                        "ompi-" + envOr("OMPI_MCA_ess_base_jobid", "") + "-" + envOr("OMPI_MCA_orte_hnp_uri", "")};
+  }
+  if (envString("RANK") && envString("WORLD_SIZE")) {
+    return LauncherVars{envString("WEFT_LAUNCHER") ? "weftrun" : "torchrun", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                        "torch-" + envOr("TORCHELASTIC_RUN_ID", "") + "-" + envOr("MASTER_PORT", "")};
+  }
+  if (envString("SLURM_PROCID")) {
+    return LauncherVars{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
+                        "slurm-" + envOr("SLURM_JOB_ID", "") + "." + envOr("SLURM_STEP_ID", "")};
+  }
+  return Status(weftInvalidUsage,
+                "no launcher environment found: set RANK and WORLD_SIZE (torchrun style, with MASTER_ADDR/MASTER_PORT "
+                "or WEFT_COMM_ID), or start under weftrun, mpirun or srun");
+}
+
+Result<Secret> secretFromEnvironment(const std::string& jobKey) {
+  Secret secret{};
+  if (auto hex = envString("WEFT_SECRET")) {
+    if (hex->size() != 2 * secret.size()) return Status(weftInvalidArgument, "WEFT_SECRET must be 64 hex digits");
+    for (size_t i = 0; i < secret.size(); ++i) {
+      unsigned byte = 0;
+      if (std::sscanf(hex->c_str() + 2 * i, "%2x", &byte) != 1) {
+        return Status(weftInvalidArgument, "WEFT_SECRET must be 64 hex digits");
+      }
+      secret[i] = static_cast<uint8_t>(byte);
+    }
+    return secret;
+  }
+  // Without a shared secret from the launcher, derive one from the job: it keeps other jobs'
+  // ranks out, though not a hostile user who can read this job's environment.
+  WEFT_INFO("WEFT_SECRET is not set; the bootstrap secret is derived from the job id");
+  for (size_t i = 0; i < secret.size(); i += 8) {
+    uint64_t h = fnv1a64(jobKey.data(), jobKey.size(), 0xcbf29ce484222325ull + i);
+    std::memcpy(secret.data() + i, &h, 8);
+  }
+  return secret;
+}
+
+std::string localRendezvousPath(const std::string& jobKey) {
+  return formatString("/tmp/weft-%u-%016llx.id", ::getuid(),
+                      static_cast<unsigned long long>(fnv1a64(jobKey.data(), jobKey.size())));
+}
+
+// One host, no address given: rank 0 makes an id and leaves it in a private file.
+Status publishLocalId(const std::string& path, const UniqueIdContents& id) {
+  weftUniqueId packed;
+  encodeUniqueId(id, &packed);
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status(weftSystemError, "cannot create " + temp + ": " + errnoString(errno));
+  bool ok = ::write(fd, &packed, sizeof(packed)) == static_cast<ssize_t>(sizeof(packed));
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    return Status(weftSystemError, "cannot write " + path + ": " + errnoString(errno));
+  }
+  return Status::ok();
+}
+
+Result<UniqueIdContents> readLocalId(const std::string& path, int timeoutMs) {
+  Deadline deadline = Deadline::afterMs(timeoutMs);
+  for (;;) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      struct stat st{};
+      weftUniqueId packed;
+      bool ok = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() && (st.st_mode & 077) == 0 &&
+                ::read(fd, &packed, sizeof(packed)) == static_cast<ssize_t>(sizeof(packed));
+      ::close(fd);
+      if (ok) return decodeUniqueId(packed);
+      return Status(weftSystemError, path + " is not a private Weft id file of this user");
+    }
+    if (deadline.expired()) {
+      return Status(weftTimeout, "timed out waiting for rank 0 to publish the local rendezvous in " + path);
+    }
+    ::usleep(2000);
+  }
+}
+
+}  // namespace
+
+Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
+  WEFT_ASSIGN_OR_RETURN(LauncherVars vars, detectLauncher());
+  LaunchInfo info;
+  info.launcher = vars.launcher;
+  WEFT_ASSIGN_OR_RETURN(info.nranks, requiredInt(vars.size, 1, 1 << 20));
+  WEFT_ASSIGN_OR_RETURN(info.rank, requiredInt(vars.rank, 0, info.nranks - 1));
+
+  std::optional<std::string> rootText = envString("WEFT_COMM_ID");
+  if (!rootText && envString("MASTER_ADDR") && envString("MASTER_PORT")) {
+    rootText = *envString("MASTER_ADDR") + ":" + *envString("MASTER_PORT");
+  }
+  if (rootText) {
+    auto root = transport::SocketAddress::parse(*rootText);
+    if (!root.isOk()) return root.status().withContext("the root address from the launcher");
+    info.id.root = root.value();
+    WEFT_ASSIGN_OR_RETURN(info.id.secret, secretFromEnvironment(vars.jobKey));
+    info.hostsRoot = info.rank == 0;
+    if (info.hostsRoot) {
+      transport::SocketAddress bound;
+      Status started = startBootstrapRoot(info.id.root, info.id.secret, timeoutMs, &bound);
+      if (!started.isOk()) {
+        return started.withContext("rank 0 cannot host the bootstrap root at " + *rootText +
+                                   " (is the port in use, e.g. by torchrun's store? set WEFT_COMM_ID=host:port)");
+      }
+    }
+    return info;
+  }
+
+  // No address: all ranks must be on this host; meet through a private file keyed by the job.
+  WEFT_ASSIGN_OR_RETURN(auto localSize, envInt(vars.localSize, 1, 1 << 20));
+  if (localSize && *localSize != info.nranks) {
+    return Status(weftInvalidUsage, formatString("%d ranks span several hosts but no root address is given: set "
+                                                 "WEFT_COMM_ID=host:port (or MASTER_ADDR and MASTER_PORT)",
+                                                 info.nranks));
+  }
+  std::string path = localRendezvousPath(vars.jobKey);
+  if (info.rank == 0) {
+    WEFT_ASSIGN_OR_RETURN(auto loopback, transport::SocketAddress::parse("127.0.0.1:0"));
+    WEFT_ASSIGN_OR_RETURN(info.id.secret, newSecret());
+    WEFT_TRY(startBootstrapRoot(loopback, info.id.secret, timeoutMs, &info.id.root));
+    WEFT_TRY(publishLocalId(path, info.id));
+    info.hostsRoot = true;
+    info.idFileToRemove = path;
+  } else {
+    WEFT_ASSIGN_OR_RETURN(info.id, readLocalId(path, timeoutMs));
+  }
+  return info;
+}
+
+}  // namespace weft::core

@@ -1,0 +1,113 @@
+#include "core/peer_mesh.h"
+
+#include <cstring>
+
+#include "core/bootstrap_wire.h"
+#include "transport/socket/socket_connection.h"
+#include "util/log.h"
+
+namespace weft::core {
+
+using transport::UniqueFd;
+
+namespace {
+constexpr int kHelloDeadlineMs = 5000;  // an accepted connection must introduce itself this fast
+}
+
+PeerMesh::PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
+                   const std::atomic<bool>* abortFlag)
+    : rank_(rank),
+      peers_(std::move(rendezvous.peers)),
+      listenFd_(std::move(rendezvous.listenFd)),
+      secret_(secret),
+      streamsPerPeer_(streamsPerPeer),
+      abortFlag_(abortFlag),
+      connections_(peers_.size()) {}
+
+std::string PeerMesh::describe(int rank) const {
+  if (rank < 0 || rank >= size()) return "rank " + std::to_string(rank);
+  const PeerInfo& p = peer(rank);
+  return formatString("rank %d (%s, pid %u)", rank, p.hostName.c_str(), p.pid);
+}
+
+Result<transport::Connection*> PeerMesh::connection(int peer, const Deadline& deadline) {
+  if (peer < 0 || peer >= size() || peer == rank_) {
+    return Status(weftInternalError, formatString("no connection from rank %d to rank %d", rank_, peer));
+  }
+  auto& slot = connections_[static_cast<size_t>(peer)];
+  if (!slot) {
+    Status made = rank_ < peer ? connectTo(peer, deadline) : acceptFrom(peer, deadline);
+    if (!made.isOk()) return made.withContext("connecting to " + describe(peer));
+  }
+  return slot.get();
+}
+
+Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
+  std::vector<UniqueFd> streams;
+  for (int s = 0; s < streamsPerPeer_; ++s) {
+    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::connectTo(this->peer(peer).listen, deadline, abortFlag_));
+    PeerHello hello{kPeerHelloMagic, kProtocolVersion, static_cast<uint16_t>(s), {}, rank_, peer, streamsPerPeer_, 0};
+    std::memcpy(hello.secret, secret_.data(), sizeof(hello.secret));
+    WEFT_TRY(transport::sendAll(fd.get(), &hello, sizeof(hello), deadline, abortFlag_));
+    streams.push_back(std::move(fd));
+  }
+  connections_[static_cast<size_t>(peer)] =
+      std::make_unique<transport::SocketConnection>(peer, this->peer(peer).hostName, std::move(streams));
+  WEFT_TRACE("rank %d connected to %s", rank_, describe(peer).c_str());
+  return Status::ok();
+}
+
+Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
+  for (;;) {
+    auto it = arrived_.find(peer);
+    if (it != arrived_.end() && static_cast<int>(it->second.size()) == streamsPerPeer_) {
+      bool complete = true;
+      for (const auto& fd : it->second) complete = complete && fd.valid();
+      if (complete) {
+        connections_[static_cast<size_t>(peer)] =
+            std::make_unique<transport::SocketConnection>(peer, this->peer(peer).hostName, std::move(it->second));
+        arrived_.erase(it);
+        WEFT_TRACE("rank %d accepted %s", rank_, describe(peer).c_str());
+        return Status::ok();
+      }
+    }
+    Status s = acceptAndSort(deadline);
+    if (s.code() == weftTimeout) {
+      return Status(weftTimeout, describe(peer) + " never connected before the timeout");
+    }
+    WEFT_TRY(s);
+  }
+}
+
+// Accepts one connection and files it under the peer it proves to be.
+Status PeerMesh::acceptAndSort(const Deadline& deadline) {
+  transport::SocketAddress from;
+  WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::acceptOne(listenFd_.get(), deadline, abortFlag_, &from));
+  PeerHello hello{};
+  Status got = transport::recvAll(fd.get(), &hello, sizeof(hello),
+                                  deadline.earlier(Deadline::afterMs(kHelloDeadlineMs)), abortFlag_);
+  const char* why = nullptr;
+  if (!got.isOk()) why = "no hello";
+  else if (hello.magic != kPeerHelloMagic || hello.version != kProtocolVersion) why = "not a Weft peer";
+  else if (!transport::constantTimeEqual(hello.secret, secret_.data(), secret_.size())) why = "wrong secret";
+  else if (hello.toRank != rank_ || hello.fromRank < 0 || hello.fromRank >= rank_ ||
+           hello.streams != streamsPerPeer_ || hello.stream >= streamsPerPeer_) {
+    why = "inconsistent ranks or stream counts";
+  } else if (connections_[static_cast<size_t>(hello.fromRank)]) {
+    why = "a duplicate connection";
+  }
+  if (why != nullptr) {
+    WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, from.toString().c_str(), why);
+    return Status::ok();
+  }
+  auto& streams = arrived_[hello.fromRank];
+  streams.resize(static_cast<size_t>(streamsPerPeer_));
+  if (streams[hello.stream].valid()) {
+    WEFT_WARN("rank %d: dropped a duplicate stream %u from %s", rank_, hello.stream, describe(hello.fromRank).c_str());
+    return Status::ok();
+  }
+  streams[hello.stream] = std::move(fd);
+  return Status::ok();
+}
+
+}  // namespace weft::core

@@ -1,0 +1,45 @@
+// Connections to peers, made on first use. For each pair, the lower rank connects and the
+// higher rank accepts; connections that arrive for another peer wait until asked for, and
+// connections that do not prove the secret are dropped and logged.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "coll/executor.h"
+#include "core/bootstrap.h"
+#include "transport/transport.h"
+
+namespace weft::core {
+
+class PeerMesh final : public coll::ConnectionProvider {
+ public:
+  PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
+           const std::atomic<bool>* abortFlag);
+
+  Result<transport::Connection*> connection(int peer, const Deadline& deadline) override;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(peers_.size()); }
+  const PeerInfo& peer(int rank) const { return peers_[static_cast<size_t>(rank)]; }
+  // "rank 3 (host, pid 1234)" for error messages.
+  std::string describe(int rank) const override;
+
+ private:
+  Status connectTo(int peer, const Deadline& deadline);
+  Status acceptFrom(int peer, const Deadline& deadline);
+  Status acceptAndSort(const Deadline& deadline);
+
+  int rank_;
+  std::vector<PeerInfo> peers_;
+  transport::UniqueFd listenFd_;
+  Secret secret_;
+  int streamsPerPeer_;
+  const std::atomic<bool>* abortFlag_;
+  std::vector<std::unique_ptr<transport::Connection>> connections_;
+  std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order
+};
+
+}  // namespace weft::core

@@ -1,0 +1,55 @@
+#include "util/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace weft {
+
+std::optional<std::string> envString(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+Result<std::optional<int64_t>> envInt(const char* name, int64_t min, int64_t max) {
+  auto text = envString(name);
+  if (!text) return std::optional<int64_t>();
+  errno = 0;
+  char* end = nullptr;
+  long long value = std::strtoll(text->c_str(), &end, 10);
+  if (errno != 0 || end == text->c_str() || *end != '\0' || value < min || value > max) {
+    return Status(weftInvalidArgument,
+                  formatString("environment variable %s=\"%s\" is not an integer in [%lld, %lld]",
+                               name, text->c_str(), static_cast<long long>(min),
+                               static_cast<long long>(max)));
+  }
+  return std::optional<int64_t>(value);
+}
+
+std::optional<uint64_t> parseByteSize(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || text[0] == '-') return std::nullopt;
+  uint64_t scale = 1;
+  if (*end != '\0') {
+    switch (*end) {
+      case 'k': case 'K': scale = 1ull << 10; break;
+      case 'm': case 'M': scale = 1ull << 20; break;
+      case 'g': case 'G': scale = 1ull << 30; break;
+      default: return std::nullopt;
+    }
+    if (end[1] != '\0') return std::nullopt;
+  }
+  if (value > UINT64_MAX / scale) return std::nullopt;
+  return value * scale;
+}
+
+Result<int> defaultTimeoutMs() {
+  auto value = envInt("WEFT_TIMEOUT_MS", 1, INT32_MAX);
+  if (!value.isOk()) return value.status();
+  return value.value() ? static_cast<int>(*value.value()) : 300000;
+}
+
+}  // namespace weft

@@ -1,0 +1,84 @@
+#include "util/log.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace weft {
+namespace {
+
+struct LogSink {
+  LogLevel level = LogLevel::None;
+  FILE* file = stderr;
+  char host[64] = {};
+};
+
+std::string expandLogPath(const char* pattern, const char* host) {
+  std::string out;
+  for (const char* p = pattern; *p; ++p) {
+    if (p[0] == '%' && p[1] == 'h') {
+      out += host;
+      ++p;
+    } else if (p[0] == '%' && p[1] == 'p') {
+      out += std::to_string(getpid());
+      ++p;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+LogSink& sink() {
+  static LogSink instance = [] {
+    LogSink s;
+    gethostname(s.host, sizeof(s.host) - 1);
+    if (char* dot = std::strchr(s.host, '.')) *dot = '\0';
+    const char* level = std::getenv("WEFT_DEBUG");
+    if (level != nullptr) {
+      if (strcasecmp(level, "WARN") == 0) s.level = LogLevel::Warn;
+      else if (strcasecmp(level, "INFO") == 0) s.level = LogLevel::Info;
+      else if (strcasecmp(level, "TRACE") == 0) s.level = LogLevel::Trace;
+    }
+    if (const char* path = std::getenv("WEFT_DEBUG_FILE"); path != nullptr && s.level != LogLevel::None) {
+      if (FILE* f = std::fopen(expandLogPath(path, s.host).c_str(), "a")) s.file = f;
+    }
+    return s;
+  }();
+  return instance;
+}
+
+const char* levelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::Warn: return "WARN";
+    case LogLevel::Info: return "INFO";
+    case LogLevel::Trace: return "TRACE";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+LogLevel logLevel() { return sink().level; }
+
+void logMessage(LogLevel level, const char* fmt, ...) {
+  LogSink& s = sink();
+  char text[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::fprintf(s.file, "%s:%d:%ld WEFT %s %s\n", s.host, getpid(),
+               static_cast<long>(syscall(SYS_gettid)), levelName(level), text);
+  std::fflush(s.file);
+}
+
+}  // namespace weft

@@ -1,0 +1,59 @@
+// Runs test bodies as real ranks: forked processes that talk over real transports. The
+// parent stays single-threaded; rank 0 makes the unique id and shares it through a shared page.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weft/weft.h"
+
+namespace weft::test {
+
+struct RankContext {
+  int rank;
+  int nranks;
+  weftUniqueId id;          // made by rank 0 with weftGetUniqueId (when makeId)
+  int failures = 0;
+};
+
+struct RankOutcome {
+  int exitCode = -1;   // -1 when killed by a signal
+  int signal = 0;
+  std::string output;  // what the rank printed (stdout and stderr)
+};
+
+struct LaunchOptions {
+  bool makeId = true;
+  int timeoutMs = 120000;  // the whole group is killed after this
+};
+
+// Forks nranks processes running body(ctx); a rank's exit code is body's return value, or 1
+// when it recorded failures with RANK_CHECK.
+std::vector<RankOutcome> runRanks(int nranks, const std::function<int(RankContext&)>& body,
+                                  LaunchOptions options = {});
+
+// "rank 1 exited 1: <output>" for each rank that did not exit 0; empty when all passed.
+std::string describeFailures(const std::vector<RankOutcome>& outcomes);
+
+}  // namespace weft::test
+
+// In a rank: records a failure with its location and message, and carries on.
+#define RANK_CHECK(ctx, cond, ...)                                                       \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      (ctx).failures++;                                                                  \
+      std::fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", (ctx).rank, __FILE__,  \
+                   __LINE__, #cond);                                                     \
+      std::fprintf(stderr, __VA_ARGS__);                                                 \
+      std::fprintf(stderr, "\n");                                                        \
+    }                                                                                    \
+  } while (0)
+
+// In a rank: a Weft call that must succeed.
+#define RANK_WEFT(ctx, call)                                                             \
+  do {                                                                                   \
+    weftResult_t rank_weft_rc_ = (call);                                                 \
+    RANK_CHECK(ctx, rank_weft_rc_ == weftSuccess, "%s -> %s: %s", #call,                \
+               weftGetErrorString(rank_weft_rc_), weftGetLastError(nullptr));            \
+  } while (0)

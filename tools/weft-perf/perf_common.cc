@@ -1,0 +1,233 @@
+#include "perf_common.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace weftperf {
+
+bool parseSize(std::string_view text, size_t* bytes) {
+  if (text.empty()) return false;
+  size_t shift = 0;
+  switch (text.back()) {
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    default: break;
+  }
+  if (shift != 0) text.remove_suffix(1);
+  if (text.empty()) return false;
+  unsigned long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) return false;
+  if (value > (std::numeric_limits<size_t>::max() >> shift)) return false;
+  *bytes = static_cast<size_t>(value) << shift;
+  return true;
+}
+
+bool parseInt(std::string_view text, long min, long max, long* value) {
+  long parsed = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, parsed);
+  if (text.empty() || ec != std::errc() || ptr != end) return false;
+  if (parsed < min || parsed > max) return false;
+  *value = parsed;
+  return true;
+}
+
+std::vector<size_t> Sweep::sizes() const {
+  std::vector<size_t> result;
+  const size_t limit = std::numeric_limits<size_t>::max();
+  for (size_t size = minBytes; size <= maxBytes;) {
+    result.push_back(size);
+    if (multiplicative()) {
+      if (size > limit / stepFactor) break;
+      size *= stepFactor;
+    } else {
+      if (size > limit - stepBytes) break;
+      size += stepBytes;
+    }
+  }
+  return result;
+}
+
+std::string Sweep::describeStep() const {
+  return multiplicative() ? std::to_string(stepFactor) + "(factor)"
+                          : std::to_string(stepBytes) + "(bytes)";
+}
+
+Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong) {
+  Measurement m;
+  m.timeUs = timeUs;
+  m.wrong = wrong;
+  if (timeUs > 0) {
+    m.algbw = static_cast<double>(bytes) / timeUs / 1.0e3;  // bytes/us -> GB/s (1e9 B/s)
+    m.busbw = m.algbw * 2.0 * (nranks - 1) / nranks;
+  }
+  return m;
+}
+
+namespace {
+
+// Each placement block: "  %7s  %6s  %6s %6s" = 32 characters.
+constexpr int kBlockWidth = 32;
+// The row prefix: "%12s  %12s  %8s  %6s  %6s" = 12 + 14 + 10 + 8 + 8 characters.
+constexpr int kPrefixWidth = 52;
+
+std::string centered(const char* text, int width) {
+  const int len = static_cast<int>(std::strlen(text));
+  const int left = (width - len) / 2;
+  return std::string(static_cast<size_t>(left), ' ') + text +
+         std::string(static_cast<size_t>(width - len - left), ' ');
+}
+
+std::string formatTime(double us) {
+  char buf[32];
+  if (us >= 10000.0) {
+    std::snprintf(buf, sizeof buf, "%7.0f", us);
+  } else if (us >= 100.0) {
+    std::snprintf(buf, sizeof buf, "%7.1f", us);
+  } else {
+    std::snprintf(buf, sizeof buf, "%7.2f", us);
+  }
+  return buf;
+}
+
+void printMeasurement(std::FILE* out, const Measurement& m) {
+  char wrong[32];
+  if (m.wrong < 0) {
+    std::snprintf(wrong, sizeof wrong, "%s", "N/A");
+  } else {
+    std::snprintf(wrong, sizeof wrong, "%lld", m.wrong);
+  }
+  std::fprintf(out, "  %7s  %6.2f  %6.2f  %5s", formatTime(m.timeUs).c_str(), m.algbw, m.busbw,
+               wrong);
+}
+
+// JSON numbers must be finite; anything else is written as null.
+void jsonNumber(std::FILE* out, double value, const char* format) {
+  if (std::isfinite(value)) {
+    std::fprintf(out, format, value);
+  } else {
+    std::fputs("null", out);
+  }
+}
+
+// Names in rows are fixed identifiers ("float", "sum"), but escape anyway.
+void jsonString(std::FILE* out, const std::string& s) {
+  std::fputc('"', out);
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      std::fputc('\\', out);
+      std::fputc(c, out);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      std::fprintf(out, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+    } else {
+      std::fputc(c, out);
+    }
+  }
+  std::fputc('"', out);
+}
+
+void jsonMeasurement(std::FILE* out, const Measurement& m) {
+  std::fputs("{\"time_us\":", out);
+  jsonNumber(out, m.timeUs, "%.3f");
+  std::fputs(",\"algbw\":", out);
+  jsonNumber(out, m.algbw, "%.6g");
+  std::fputs(",\"busbw\":", out);
+  jsonNumber(out, m.busbw, "%.6g");
+  if (m.wrong < 0) {
+    std::fputs(",\"wrong\":null}", out);
+  } else {
+    std::fprintf(out, ",\"wrong\":%lld}", m.wrong);
+  }
+}
+
+}  // namespace
+
+void printColumnHeader(std::FILE* out) {
+  std::fprintf(out, "#%s%s%s\n", std::string(kPrefixWidth - 1, ' ').c_str(),
+               centered("out-of-place", kBlockWidth).c_str(),
+               centered("in-place", kBlockWidth).c_str());
+  std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+  for (int block = 0; block < 2; ++block) {
+    std::fprintf(out, "  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong");
+  }
+  std::fprintf(out, "\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  for (int block = 0; block < 2; ++block) {
+    std::fprintf(out, "  %7s  %6s  %6s %6s", "(us)", "(GB/s)", "(GB/s)", "");
+  }
+  std::fputc('\n', out);
+}
+
+void printRow(std::FILE* out, const Row& row) {
+  std::fprintf(out, "%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, row.type.c_str(),
+               row.redop.c_str(), row.root);
+  printMeasurement(out, row.oop);
+  printMeasurement(out, row.ip);
+  std::fputc('\n', out);
+  std::fflush(out);
+}
+
+void printFooter(std::FILE* out, long long outOfBounds, bool checked, double avgBusBw) {
+  std::fprintf(out, "# Out of bounds values : %lld %s%s\n", outOfBounds,
+               outOfBounds == 0 ? "OK" : "FAILED", checked ? "" : " (not checked: -c 0)");
+  std::fprintf(out, "# Avg bus bandwidth    : %g\n", avgBusBw);
+  std::fflush(out);
+}
+
+double averageBusBw(const std::vector<Row>& rows) {
+  if (rows.empty()) return 0.0;
+  double total = 0.0;
+  for (const Row& row : rows) total += row.oop.busbw + row.ip.busbw;
+  return total / static_cast<double>(2 * rows.size());
+}
+
+// Schema: a JSON array with one object per row:
+//   {"collective":"allreduce","size":B,"count":N,"type":"float","redop":"sum","root":-1,
+//    "nranks":n,"oop":{"time_us":t,"algbw":x,"busbw":y,"wrong":w},"ip":{...}}
+// time_us is per iteration (max over ranks), bandwidths are GB/s (1e9 bytes/s), wrong is the
+// number of mismatching elements summed over ranks, or null when checking was off.
+bool writeJson(const std::string& path, const std::vector<Row>& rows, std::string* error) {
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    *error = "cannot open " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::fputs("[\n", out);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    std::fputs("  {\"collective\":", out);
+    jsonString(out, row.collective);
+    std::fprintf(out, ",\"size\":%zu,\"count\":%zu,\"type\":", row.bytes, row.count);
+    jsonString(out, row.type);
+    std::fputs(",\"redop\":", out);
+    jsonString(out, row.redop);
+    std::fprintf(out, ",\"root\":%d,\"nranks\":%d,\"oop\":", row.root, row.nranks);
+    jsonMeasurement(out, row.oop);
+    std::fputs(",\"ip\":", out);
+    jsonMeasurement(out, row.ip);
+    std::fputs(i + 1 < rows.size() ? "},\n" : "}\n", out);
+  }
+  std::fputs("]\n", out);
+  const bool writeFailed = std::ferror(out) != 0;
+  if (std::fclose(out) != 0 || writeFailed) {
+    *error = "cannot write " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool launcherSaysNotRankZero() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return std::strcmp(value, "0") != 0;
+  }
+  return false;
+}
+
+}  // namespace weftperf

@@ -1,0 +1,80 @@
+// Pieces shared by weft-perf and the peer benchmark drivers under bench/: argument values,
+// the size sweep, and nccl-tests-style text rows and JSON output. Nothing here depends on
+// Weft itself, so a driver for another library can print exactly the same table.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weftperf {
+
+// Exit codes shared by the benchmark tools.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // a library call or a data check failed
+inline constexpr int kExitUsage = 2;    // bad command line
+
+// Parses a byte count: decimal digits with an optional K, M or G suffix (powers of 1024,
+// either case). Returns false for anything else, including overflow.
+bool parseSize(std::string_view text, size_t* bytes);
+
+// Parses a decimal integer in [min, max]. Returns false for anything else.
+bool parseInt(std::string_view text, long min, long max, long* value);
+
+// The message sizes to run: from minBytes to maxBytes, multiplying by stepFactor when it is
+// greater than 1 and otherwise adding stepBytes (the nccl-tests rule).
+struct Sweep {
+  size_t minBytes = 8;
+  size_t maxBytes = size_t{128} << 20;
+  size_t stepFactor = 2;
+  size_t stepBytes = size_t{1} << 20;
+
+  bool multiplicative() const { return stepFactor > 1; }
+  std::vector<size_t> sizes() const;
+  // "2(factor)" or "1048576(bytes)", as in the nccl-tests parameter line.
+  std::string describeStep() const;
+};
+
+// One timed variant (out-of-place or in-place) of one row.
+struct Measurement {
+  double timeUs = 0;  // per iteration, the maximum over ranks
+  double algbw = 0;   // GB/s: bytes / time
+  double busbw = 0;   // GB/s: algbw * 2(n-1)/n for all-reduce
+  long long wrong = -1;  // mismatching elements summed over ranks; -1: not checked
+};
+
+// Fills in algbw and busbw for an all-reduce of `bytes` on `nranks` ranks.
+Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong);
+
+struct Row {
+  std::string collective;  // "allreduce"
+  size_t bytes = 0;
+  size_t count = 0;
+  std::string type;   // nccl-tests type name, e.g. "float"
+  std::string redop;  // "sum", "prod", ...
+  int root = -1;      // -1 for collectives without a root
+  int nranks = 0;
+  Measurement oop;  // out-of-place
+  Measurement ip;   // in-place
+};
+
+// The three header lines above the rows (placement banner, column names, units).
+void printColumnHeader(std::FILE* out);
+void printRow(std::FILE* out, const Row& row);
+// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X".
+void printFooter(std::FILE* out, long long outOfBounds, bool checked, double avgBusBw);
+
+// Mean busbw over every measurement (both placements of every row); 0 when there are none.
+double averageBusBw(const std::vector<Row>& rows);
+
+// Writes rows as a JSON array (the schema is described above writeJson in perf_common.cc).
+// Returns false and sets *error when the file cannot be written.
+bool writeJson(const std::string& path, const std::vector<Row>& rows, std::string* error);
+
+// True when the launcher environment says this process is not rank 0 (RANK,
+// OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID). Used to print --help once.
+bool launcherSaysNotRankZero();
+
+}  // namespace weftperf

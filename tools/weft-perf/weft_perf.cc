@@ -1,0 +1,475 @@
+// weft-perf: an nccl-tests-style benchmark of Weft collectives (all-reduce for now), written
+// against the public C API only. One process per rank, started by a launcher; rank 0 prints
+// the table. Run `weft-perf -h` for the options.
+#include <getopt.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "check_data.h"
+#include "perf_common.h"
+#include "weft/weft.h"
+
+namespace weftperf {
+namespace {
+
+// Bytes after each output region that are poisoned before a checked run and must stay so.
+constexpr size_t kGuardBytes = 4096;
+// Poison for output buffers: no element made of 0xA5 bytes equals any value the check data
+// can produce (those are small integers, +-powers of two, or averages of small non-negative
+// integers), so an element the library never wrote always counts as wrong.
+constexpr unsigned char kPoison = 0xA5;
+// Per-rank slot of the pid/host exchange: an int64 pid, then the NUL-terminated host name.
+constexpr size_t kHostSlotBytes = 256;
+
+struct Options {
+  Sweep sweep;
+  long iters = 20;
+  long warmupIters = 5;
+  bool check = true;
+  std::vector<const DataType*> types;
+  std::vector<const RedOp*> ops;
+  std::string jsonPath;
+};
+
+void printUsage() {
+  std::printf(
+      "Usage: weft-perf [allreduce] [options]\n"
+      "Times a Weft collective over a range of message sizes and prints an nccl-tests-style\n"
+      "table. Start one process per rank with a launcher (weftrun, mpirun, or a torchrun-style\n"
+      "environment); rank 0 prints, the other ranks stay silent.\n"
+      "\n"
+      "  -b, --minbytes SIZE     smallest message (default 8)\n"
+      "  -e, --maxbytes SIZE     largest message (default 128M; nccl-tests defaults to 32M)\n"
+      "  -f, --stepfactor N      multiply the size by N each step (default 2);\n"
+      "                          0 or 1 steps by -i instead\n"
+      "  -i, --stepbytes SIZE    add SIZE each step (default 1M); used when -f is 0 or 1,\n"
+      "                          or when -i is given without -f\n"
+      "  -n, --iters N           timed iterations per size and placement (default 20)\n"
+      "  -w, --warmup_iters N    untimed iterations before each timing (default 5)\n"
+      "  -c, --check 0|1         check the results (default 1)\n"
+      "  -o, --op OP             sum, prod, min, max, avg, or all (default sum)\n"
+      "  -d, --datatype TYPE     int8 uint8 int32 uint32 int64 uint64 half float double\n"
+      "                          bfloat16 f8e4m3 f8e5m2, or all (default float)\n"
+      "  -J, --json FILE         also write the rows to FILE as a JSON array\n"
+      "  -h, --help              print this help\n"
+      "\n"
+      "SIZE is a byte count with an optional K, M or G suffix (powers of 1024); each size is\n"
+      "rounded down to a multiple of the element size. Time is per iteration, the maximum\n"
+      "over ranks; algbw = size / time and busbw = algbw * 2(n-1)/n (GB/s, 1e9 bytes/s).\n"
+      "Exit status: 0 success, 1 a Weft call or a data check failed, 2 bad command line.\n");
+}
+
+__attribute__((format(printf, 1, 2))) int usageError(const char* format, ...) {
+  std::fputs("weft-perf: ", stderr);
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+  std::fputs("\nRun 'weft-perf -h' for the options.\n", stderr);
+  return kExitUsage;
+}
+
+std::string joinNames(const char* const* names, size_t n) {
+  std::string joined;
+  for (size_t i = 0; i < n; ++i) joined += (i == 0 ? "" : ", ") + std::string(names[i]);
+  return joined;
+}
+
+std::string dataTypeNames() {
+  std::vector<const char*> names;
+  for (const DataType& type : allDataTypes()) names.push_back(type.name);
+  return joinNames(names.data(), names.size());
+}
+
+std::string redOpNames() {
+  std::vector<const char*> names;
+  for (const RedOp& op : allRedOps()) names.push_back(op.name);
+  return joinNames(names.data(), names.size());
+}
+
+// Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
+int parseArgs(int argc, char** argv, Options* options) {
+  static const option kLongOptions[] = {
+      {"minbytes", required_argument, nullptr, 'b'},
+      {"maxbytes", required_argument, nullptr, 'e'},
+      {"stepfactor", required_argument, nullptr, 'f'},
+      {"stepbytes", required_argument, nullptr, 'i'},
+      {"iters", required_argument, nullptr, 'n'},
+      {"warmup_iters", required_argument, nullptr, 'w'},
+      {"check", required_argument, nullptr, 'c'},
+      {"op", required_argument, nullptr, 'o'},
+      {"datatype", required_argument, nullptr, 'd'},
+      {"json", required_argument, nullptr, 'J'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  Sweep& sweep = options->sweep;
+  bool stepFactorGiven = false;
+  bool stepBytesGiven = false;
+  long value = 0;
+  opterr = 0;  // we print our own messages
+  int c;
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:o:d:J:h", kLongOptions, nullptr)) != -1) {
+    const std::string arg = optarg != nullptr ? optarg : "";
+    switch (c) {
+      case 'b':
+        if (!parseSize(arg, &sweep.minBytes) || sweep.minBytes == 0) {
+          return usageError("-b: '%s' is not a size of at least 1 byte", arg.c_str());
+        }
+        break;
+      case 'e':
+        if (!parseSize(arg, &sweep.maxBytes) || sweep.maxBytes == 0) {
+          return usageError("-e: '%s' is not a size of at least 1 byte", arg.c_str());
+        }
+        break;
+      case 'f':
+        if (!parseInt(arg, 0, 1 << 20, &value)) {
+          return usageError("-f: '%s' is not a step factor (an integer >= 0)", arg.c_str());
+        }
+        sweep.stepFactor = static_cast<size_t>(value);
+        stepFactorGiven = true;
+        break;
+      case 'i':
+        if (!parseSize(arg, &sweep.stepBytes) || sweep.stepBytes == 0) {
+          return usageError("-i: '%s' is not a size of at least 1 byte", arg.c_str());
+        }
+        stepBytesGiven = true;
+        break;
+      case 'n':
+        if (!parseInt(arg, 1, 1000000000, &options->iters)) {
+          return usageError("-n: '%s' is not an iteration count >= 1", arg.c_str());
+        }
+        break;
+      case 'w':
+        if (!parseInt(arg, 0, 1000000000, &options->warmupIters)) {
+          return usageError("-w: '%s' is not an iteration count >= 0", arg.c_str());
+        }
+        break;
+      case 'c':
+        if (!parseInt(arg, 0, 1, &value)) return usageError("-c: '%s' is not 0 or 1", arg.c_str());
+        options->check = value == 1;
+        break;
+      case 'o':
+        options->ops.clear();
+        if (arg == "all") {
+          for (const RedOp& op : allRedOps()) options->ops.push_back(&op);
+        } else if (const RedOp* op = findRedOp(arg)) {
+          options->ops.push_back(op);
+        } else {
+          return usageError("-o: unknown operation '%s' (use %s, or all)", arg.c_str(),
+                            redOpNames().c_str());
+        }
+        break;
+      case 'd':
+        options->types.clear();
+        if (arg == "all") {
+          for (const DataType& type : allDataTypes()) options->types.push_back(&type);
+        } else if (const DataType* type = findDataType(arg)) {
+          options->types.push_back(type);
+        } else {
+          return usageError("-d: unknown data type '%s' (use %s, or all)", arg.c_str(),
+                            dataTypeNames().c_str());
+        }
+        break;
+      case 'J':
+        if (arg.empty()) return usageError("-J: needs a file name");
+        options->jsonPath = arg;
+        break;
+      case 'h':
+        if (!launcherSaysNotRankZero()) printUsage();
+        return kExitOk;
+      case ':':
+        return usageError("option %s needs a value", argv[optind - 1]);
+      default:
+        if (optopt != 0) return usageError("unknown option -%c", optopt);
+        return usageError("unknown option %s", argv[optind - 1]);
+    }
+  }
+  if (argc - optind > 1) return usageError("unexpected argument '%s'", argv[optind + 1]);
+  if (argc - optind == 1 && std::strcmp(argv[optind], "allreduce") != 0) {
+    return usageError("unknown collective '%s' (available: allreduce)", argv[optind]);
+  }
+  if (stepBytesGiven && !stepFactorGiven) sweep.stepFactor = 0;  // -i alone: additive steps
+  if (sweep.minBytes > sweep.maxBytes) {
+    return usageError("-b (%zu bytes) is larger than -e (%zu bytes)", sweep.minBytes,
+                      sweep.maxBytes);
+  }
+  if (options->types.empty()) options->types.push_back(findDataType("float"));
+  if (options->ops.empty()) options->ops.push_back(findRedOp("sum"));
+  return -1;
+}
+
+class WeftError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct FreeDeleter {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char[], FreeDeleter>;
+
+Buffer allocateBuffer(size_t bytes) {
+  constexpr size_t kAlign = 4096;
+  const size_t rounded = (bytes / kAlign + 1) * kAlign;  // never zero
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  return Buffer(static_cast<unsigned char*>(p));
+}
+
+class Benchmark {
+ public:
+  Benchmark(weftComm_t comm, int rank, int nranks, const Options& options)
+      : comm_(comm), rank_(rank), nranks_(nranks), options_(options) {}
+
+  // Runs the whole sweep; throws WeftError when a Weft call fails. Returns the exit status.
+  int run();
+
+ private:
+  struct Placement {
+    bool inPlace;
+    const DataType& type;
+    const RedOp& op;
+    const CheckPattern& pattern;
+    size_t count;
+  };
+
+  void call(weftResult_t result, const char* what) const;
+  void barrier();
+  double maxOverRanks(double value);
+  void sumOverRanks(long long* values, size_t n);
+  void printPreamble();
+  void runSweep(const DataType& type, const RedOp& op);
+  Measurement measure(const Placement& p);
+  double timeAllReduce(const Placement& p, const void* send, void* recv);
+  long long checkedRun(const Placement& p, const void* send, void* recv);
+
+  weftComm_t comm_;
+  int rank_;
+  int nranks_;
+  const Options& options_;
+  Buffer send_;
+  Buffer recv_;  // maxBytes plus the guard
+  std::vector<Row> rows_;
+  long long outOfBounds_ = 0;
+  bool checkFailed_ = false;
+};
+
+void Benchmark::call(weftResult_t result, const char* what) const {
+  if (result == weftSuccess) return;
+  throw WeftError(std::string(what) + " failed: " + weftGetErrorString(result) + ": " +
+                  weftGetLastError(comm_));
+}
+
+void Benchmark::barrier() {
+  double token = 0.0;
+  call(weftAllReduce(&token, &token, 1, weftFloat64, weftSum, comm_, nullptr), "weftAllReduce");
+}
+
+double Benchmark::maxOverRanks(double value) {
+  call(weftAllReduce(&value, &value, 1, weftFloat64, weftMax, comm_, nullptr), "weftAllReduce");
+  return value;
+}
+
+void Benchmark::sumOverRanks(long long* values, size_t n) {
+  std::vector<int64_t> buffer(values, values + n);
+  call(weftAllReduce(buffer.data(), buffer.data(), n, weftInt64, weftSum, comm_, nullptr),
+       "weftAllReduce");
+  for (size_t i = 0; i < n; ++i) values[i] = buffer[i];
+}
+
+// The parameter line and one line per rank (pid, host). Ranks send their pid and host name
+// to rank 0 with a byte-wise sum all-reduce in which every other rank's slot is zero.
+void Benchmark::printPreamble() {
+  std::vector<uint8_t> slots(static_cast<size_t>(nranks_) * kHostSlotBytes, 0);
+  uint8_t* mine = slots.data() + static_cast<size_t>(rank_) * kHostSlotBytes;
+  const int64_t pid = getpid();
+  std::memcpy(mine, &pid, sizeof pid);
+  char* host = reinterpret_cast<char*>(mine + sizeof pid);
+  if (gethostname(host, kHostSlotBytes - sizeof pid - 1) != 0) std::strcpy(host, "?");
+  call(weftAllReduce(slots.data(), slots.data(), slots.size(), weftUint8, weftSum, comm_, nullptr),
+       "weftAllReduce");
+  if (rank_ != 0) return;
+
+  int version = 0;
+  call(weftGetVersion(&version), "weftGetVersion");
+  const Sweep& sweep = options_.sweep;
+  std::printf("# weft-perf allreduce: Weft %d.%d.%d, %d ranks\n", version / 10000,
+              version / 100 % 100, version % 100, nranks_);
+  std::printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %ld iters: %ld validation: %d\n",
+              sweep.minBytes, sweep.maxBytes, sweep.describeStep().c_str(), options_.warmupIters,
+              options_.iters, options_.check ? 1 : 0);
+  std::printf("#\n# Using ranks:\n");
+  for (int r = 0; r < nranks_; ++r) {
+    const uint8_t* slot = slots.data() + static_cast<size_t>(r) * kHostSlotBytes;
+    int64_t rankPid = 0;
+    std::memcpy(&rankPid, slot, sizeof rankPid);
+    slots[static_cast<size_t>(r + 1) * kHostSlotBytes - 1] = 0;  // in case of a garbled reply
+    std::printf("#  Rank %2d Pid %6lld on %10s\n", r, static_cast<long long>(rankPid),
+                reinterpret_cast<const char*>(slot + sizeof rankPid));
+  }
+  std::printf("#\n");
+}
+
+int Benchmark::run() {
+  const size_t maxBytes = options_.sweep.maxBytes;
+  send_ = allocateBuffer(maxBytes);
+  recv_ = allocateBuffer(maxBytes + kGuardBytes);
+
+  printPreamble();
+  if (rank_ == 0) printColumnHeader(stdout);
+  for (const DataType* type : options_.types) {
+    for (const RedOp* op : options_.ops) runSweep(*type, *op);
+  }
+  if (rank_ != 0) return checkFailed_ ? kExitFailure : kExitOk;
+
+  printFooter(stdout, outOfBounds_, options_.check, averageBusBw(rows_));
+  int status = kExitOk;
+  if (checkFailed_) {
+    std::fprintf(stderr, "weft-perf: data check FAILED (see the #wrong columns and the "
+                         "out-of-bounds count)\n");
+    status = kExitFailure;
+  }
+  if (!options_.jsonPath.empty()) {
+    std::string error;
+    if (!writeJson(options_.jsonPath, rows_, &error)) {
+      std::fprintf(stderr, "weft-perf: %s\n", error.c_str());
+      status = kExitFailure;
+    }
+  }
+  return status;
+}
+
+void Benchmark::runSweep(const DataType& type, const RedOp& op) {
+  const CheckPattern pattern(type, op.id, nranks_);
+  // The same data feeds the timed runs; every size uses a prefix of it.
+  pattern.fill(send_.get(), rank_, options_.sweep.maxBytes / type.size);
+  for (size_t size : options_.sweep.sizes()) {
+    const size_t count = size / type.size;
+    if (count == 0) {
+      if (rank_ == 0) std::printf("# %zu B skipped: less than one %s\n", size, type.name);
+      continue;
+    }
+    Row row;
+    row.collective = "allreduce";
+    row.bytes = count * type.size;
+    row.count = count;
+    row.type = type.name;
+    row.redop = op.name;
+    row.root = -1;
+    row.nranks = nranks_;
+    row.oop = measure({false, type, op, pattern, count});
+    row.ip = measure({true, type, op, pattern, count});
+    rows_.push_back(row);
+    if (rank_ == 0) printRow(stdout, row);
+  }
+}
+
+Measurement Benchmark::measure(const Placement& p) {
+  const size_t bytes = p.count * p.type.size;
+  unsigned char* recv = recv_.get();
+  const void* send = p.inPlace ? recv : send_.get();
+  if (p.inPlace) std::memcpy(recv, send_.get(), bytes);
+  const double timeUs = timeAllReduce(p, send, recv);
+  const long long wrong = options_.check ? checkedRun(p, send, recv) : -1;
+  return allReduceMeasurement(bytes, nranks_, timeUs, wrong);
+}
+
+double Benchmark::timeAllReduce(const Placement& p, const void* send, void* recv) {
+  auto allReduce = [&] {
+    call(weftAllReduce(send, recv, p.count, p.type.id, p.op.id, comm_, nullptr),
+         "weftAllReduce");
+  };
+  for (long i = 0; i < options_.warmupIters; ++i) allReduce();
+  barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < options_.iters; ++i) allReduce();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const double us = std::chrono::duration<double, std::micro>(elapsed).count();
+  return maxOverRanks(us / static_cast<double>(options_.iters));
+}
+
+// One run on freshly prepared buffers: the output poisoned (in place: the input restored, the
+// guard poisoned). Returns the wrong elements over all ranks and adds up stray writes.
+long long Benchmark::checkedRun(const Placement& p, const void* send, void* recv) {
+  const size_t bytes = p.count * p.type.size;
+  unsigned char* out = static_cast<unsigned char*>(recv);
+  if (p.inPlace) {
+    std::memcpy(out, send_.get(), bytes);
+    std::memset(out + bytes, kPoison, kGuardBytes);
+  } else {
+    std::memset(out, kPoison, bytes + kGuardBytes);
+  }
+  call(weftAllReduce(send, recv, p.count, p.type.id, p.op.id, comm_, nullptr), "weftAllReduce");
+
+  long long counts[2] = {static_cast<long long>(p.pattern.countWrong(out, p.count)), 0};
+  for (size_t offset = 0; offset < kGuardBytes; offset += p.type.size) {
+    for (size_t b = 0; b < p.type.size; ++b) {
+      if (out[bytes + offset + b] != kPoison) {
+        ++counts[1];
+        break;
+      }
+    }
+  }
+  sumOverRanks(counts, 2);
+  outOfBounds_ += counts[1];
+  if (counts[0] != 0 || counts[1] != 0) checkFailed_ = true;
+  return counts[0];
+}
+
+}  // namespace
+}  // namespace weftperf
+
+int main(int argc, char** argv) {
+  using namespace weftperf;
+  Options options;
+  if (const int status = parseArgs(argc, argv, &options); status >= 0) return status;
+
+  weftComm_t comm = nullptr;
+  if (const weftResult_t r = weftCommInitFromEnv(&comm); r != weftSuccess) {
+    std::fprintf(stderr, "weft-perf: weftCommInitFromEnv failed: %s: %s\n",
+                 weftGetErrorString(r), weftGetLastError(nullptr));
+    return kExitFailure;
+  }
+  int rank = 0;
+  int nranks = 0;
+  weftResult_t r = weftCommUserRank(comm, &rank);
+  if (r == weftSuccess) r = weftCommCount(comm, &nranks);
+  if (r != weftSuccess) {
+    std::fprintf(stderr, "weft-perf: cannot read the communicator's rank and size: %s: %s\n",
+                 weftGetErrorString(r), weftGetLastError(comm));
+    weftCommAbort(comm);
+    return kExitFailure;
+  }
+
+  int status = kExitOk;
+  try {
+    Benchmark benchmark(comm, rank, nranks, options);
+    status = benchmark.run();
+  } catch (const WeftError& e) {
+    std::fprintf(stderr, "weft-perf: rank %d: %s\n", rank, e.what());
+    weftCommAbort(comm);
+    return kExitFailure;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "weft-perf: rank %d: out of memory for %zu-byte buffers (lower -e)\n",
+                 rank, options.sweep.maxBytes);
+    weftCommAbort(comm);
+    return kExitFailure;
+  }
+  if (r = weftCommDestroy(comm); r != weftSuccess) {
+    std::fprintf(stderr, "weft-perf: rank %d: weftCommDestroy failed: %s: %s\n", rank,
+                 weftGetErrorString(r), weftGetLastError(nullptr));
+    status = kExitFailure;
+  }
+  return status;
+}

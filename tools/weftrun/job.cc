@@ -1,0 +1,495 @@
+// The ranks' life cycle: spawn with torchrun's environment, forward output and signals,
+// reap, and tear the job down (SIGTERM, grace period, SIGKILL) on failure, signal or timeout.
+//
+// Linux only: it relies on signalfd, process groups, PR_SET_CHILD_SUBREAPER and
+// PR_SET_PDEATHSIG.
+#include "job.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+extern char** environ;
+
+namespace weftrun {
+namespace {
+
+constexpr int kExitLaunchError = 1;
+constexpr int kExitTimeout = 124;
+constexpr int kExitExecFailed = 127;
+constexpr int64_t kGiveUpAfterKillMs = 2000;  // for stray group members that are not ranks
+constexpr size_t kMaxLineBytes = 64 * 1024;   // longer lines are forwarded in pieces
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t seconds_to_ms(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1000)); }
+
+std::string signal_name(int sig) {
+  static const std::pair<int, const char*> kNames[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
+  for (const auto& [number, name] : kNames) {
+    if (number == sig) return name;
+  }
+  return std::to_string(sig);
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t written = write(fd, data.data(), data.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(written));
+  }
+  return true;
+}
+
+// Descriptors 0-2 must be open, or a pipe created later could land on one of them.
+void ensure_standard_fds() {
+  int fd;
+  while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd <= 2) {
+  }
+  if (fd > 2) close(fd);
+}
+
+// Binds port 0 on `address` and returns the port the kernel chose.
+std::optional<std::string> find_free_port(const std::string& address, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* results = nullptr;
+  if (int rc = getaddrinfo(address.c_str(), "0", &hints, &results); rc != 0) {
+    error = gai_strerror(rc);
+    return std::nullopt;
+  }
+  std::optional<std::string> port;
+  error = "no usable address";
+  for (addrinfo* ai = results; ai && !port; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage bound{};
+    socklen_t length = sizeof bound;
+    char service[NI_MAXSERV];
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&bound), length, nullptr, 0, service,
+                    sizeof service, NI_NUMERICSERV) == 0) {
+      port = service;
+    } else {
+      error = std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(results);
+  return port;
+}
+
+std::string random_run_id() {
+  unsigned char bytes[8] = {};
+  if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+    uint64_t fallback = static_cast<uint64_t>(now_ms()) ^ (static_cast<uint64_t>(getpid()) << 32);
+    std::memcpy(bytes, &fallback, sizeof bytes);
+  }
+  std::string id;
+  for (unsigned char byte : bytes) {
+    const char* digits = "0123456789abcdef";
+    id += digits[byte >> 4];
+    id += digits[byte & 15];
+  }
+  return id;
+}
+
+}  // namespace
+
+bool Job::setup(std::string& error) {
+  launcher_pid_ = getpid();
+  ensure_standard_fds();
+
+  const char* env_addr = std::getenv("MASTER_ADDR");
+  const char* env_port = std::getenv("MASTER_PORT");
+  master_addr_ = env_addr && *env_addr ? env_addr : "127.0.0.1";
+  if (env_port && *env_port) {
+    master_port_ = env_port;
+  } else {
+    std::string port_error;
+    std::optional<std::string> port = find_free_port(master_addr_, port_error);
+    if (!port) {
+      error = "cannot find a free port on MASTER_ADDR '" + master_addr_ + "': " + port_error;
+      return false;
+    }
+    master_port_ = *port;
+  }
+  run_id_ = random_run_id();
+
+  // Two pipe ends per rank can pass the usual soft limit of 1024 descriptors.
+  getrlimit(RLIMIT_NOFILE, &original_nofile_);
+  rlimit raised = original_nofile_;
+  raised.rlim_cur = raised.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &raised);
+
+  // Orphaned grandchildren are re-parented to us, so we can reap them and see them go.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher
+  signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would auto-reap the ranks
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+  sigprocmask(SIG_BLOCK, &handled, &original_mask_);
+  signal_fd_ = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd_ < 0) {
+    error = std::string("signalfd: ") + std::strerror(errno);
+    return false;
+  }
+  if (options_.timeout_seconds > 0) {
+    job_deadline_ms_ = now_ms() + seconds_to_ms(options_.timeout_seconds);
+  }
+  return true;
+}
+
+std::vector<std::string> Job::base_environment() {
+  static const char* const kLauncherKeys[] = {
+      "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+      "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+      "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+      "WEFT_LAUNCHER",
+  };
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry; ++entry) {
+    std::string_view text(*entry);
+    std::string_view key = text.substr(0, text.find('='));
+    bool ours = std::any_of(std::begin(kLauncherKeys), std::end(kLauncherKeys),
+                            [&](const char* k) { return key == k; });
+    if (!ours) env.emplace_back(text);
+  }
+  std::string world = std::to_string(options_.nproc);
+  for (const std::string& setting :
+       {"MASTER_ADDR=" + master_addr_, "MASTER_PORT=" + master_port_, "WORLD_SIZE=" + world,
+        "LOCAL_WORLD_SIZE=" + world, "ROLE_WORLD_SIZE=" + world, std::string("GROUP_RANK=0"),
+        std::string("GROUP_WORLD_SIZE=1"), std::string("ROLE_NAME=default"),
+        "TORCHELASTIC_RUN_ID=" + run_id_, std::string("TORCHELASTIC_RESTART_COUNT=0"),
+        std::string("TORCHELASTIC_MAX_RESTARTS=0"), std::string("WEFT_LAUNCHER=weftrun")}) {
+    env.push_back(setting);
+  }
+  return env;
+}
+
+bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
+  int out_pipe[2] = {-1, -1};
+  int err_pipe[2] = {-1, -1};
+  if (options_.tag_output &&
+      (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
+    int pipe_errno = errno;
+    const char* hint = pipe_errno == EMFILE ? " (2 descriptors per rank; see ulimit -n)" : "";
+    std::fprintf(stderr, "weftrun: cannot create pipes for rank %d: %s%s\n", rank.index,
+                 std::strerror(pipe_errno), hint);
+    for (int fd : {out_pipe[0], out_pipe[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    return false;
+  }
+  std::vector<std::string> env = base_env;
+  std::string index = std::to_string(rank.index);
+  for (const char* key : {"RANK=", "LOCAL_RANK=", "ROLE_RANK="}) env.push_back(key + index);
+  std::vector<char*> envp;
+  for (std::string& entry : env) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid == 0) exec_rank(rank, envp.data(), out_pipe[1], err_pipe[1]);
+  int fork_errno = errno;
+  if (options_.tag_output) {
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    rank.out = {out_pipe[0], STDOUT_FILENO, {}};
+    rank.err = {err_pipe[0], STDERR_FILENO, {}};
+    if (pid < 0) {
+      close_stream(rank, rank.out);
+      close_stream(rank, rank.err);
+    } else {
+      fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
+      fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+    }
+  }
+  if (pid < 0) {
+    std::fprintf(stderr, "weftrun: cannot fork rank %d: %s\n", rank.index,
+                 std::strerror(fork_errno));
+    return false;
+  }
+  setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
+  rank.pid = pid;
+  rank.group_alive = true;
+  rank_by_pid_[pid] = rank.index;
+  return true;
+}
+
+// Runs in the forked child: only simple system calls until exec.
+void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // if the launcher is SIGKILLed, take the rank with it
+  if (getppid() != launcher_pid_) _exit(kExitLaunchError);
+  signal(SIGPIPE, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+  setrlimit(RLIMIT_NOFILE, &original_nofile_);
+  if (out_fd >= 0) {
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+  }
+  environ = envp;
+  execvp(argv_[0], argv_.data());
+  int exec_errno = errno;
+  dprintf(STDERR_FILENO, "weftrun: rank %d: cannot execute '%s': %s\n", rank.index, argv_[0],
+          std::strerror(exec_errno));
+  _exit(kExitExecFailed);
+}
+
+int Job::run() {
+  std::string error;
+  if (!setup(error)) {
+    std::fprintf(stderr, "weftrun: %s\n", error.c_str());
+    return kExitLaunchError;
+  }
+  ranks_.resize(static_cast<size_t>(options_.nproc));
+  std::vector<std::string> base_env = base_environment();
+  for (std::string& word : options_.command) argv_.push_back(word.data());
+  argv_.push_back(nullptr);
+  for (int i = 0; i < options_.nproc; ++i) {
+    Rank& rank = ranks_[static_cast<size_t>(i)];
+    rank.index = i;
+    if (!spawn(rank, base_env)) {
+      for (Rank& later : ranks_) later.exited = later.exited || later.pid < 0;
+      exit_status_ = kExitLaunchError;
+      stop(SIGTERM);
+      break;
+    }
+  }
+
+  while (true) {
+    if (all_ranks_exited()) {
+      if (!any_group_alive()) break;
+      if (phase_ == Phase::Running) stop(SIGTERM);  // clean up leftover background processes
+      if (phase_ == Phase::Killing && now_ms() >= give_up_at_ms_) {
+        std::fprintf(stderr, "weftrun: warning: some processes of the job did not exit\n");
+        break;
+      }
+    }
+    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    std::vector<std::pair<Rank*, OutputStream*>> streams;
+    for (Rank& rank : ranks_) {
+      for (OutputStream* stream : {&rank.out, &rank.err}) {
+        if (stream->fd < 0) continue;
+        fds.push_back({stream->fd, POLLIN, 0});
+        streams.emplace_back(&rank, stream);
+      }
+    }
+    int ready = poll(fds.data(), fds.size(), poll_timeout_ms());
+    if (ready < 0 && errno != EINTR) {
+      std::fprintf(stderr, "weftrun: poll: %s; killing all ranks\n", std::strerror(errno));
+      kill_and_reap_ranks();
+      if (!exit_status_) exit_status_ = kExitLaunchError;
+      break;
+    }
+    for (size_t i = 1; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_stream(*streams[i - 1].first, *streams[i - 1].second, 1);
+    }
+    if (ready > 0 && fds[0].revents != 0) handle_signals();
+    check_deadlines();
+  }
+
+  for (Rank& rank : ranks_) {
+    for (OutputStream* stream : {&rank.out, &rank.err}) {
+      read_stream(rank, *stream, 256);
+      close_stream(rank, *stream);
+    }
+  }
+  return exit_status_.value_or(0);
+}
+
+void Job::handle_signals() {
+  signalfd_siginfo info;
+  bool child_exited = false;
+  while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      child_exited = true;
+      continue;
+    }
+    std::fprintf(stderr, "weftrun: received %s; forwarding it to all ranks\n",
+                 signal_name(sig).c_str());
+    if (!exit_status_) exit_status_ = 128 + sig;
+    stop(sig);
+  }
+  if (child_exited) reap_children();
+}
+
+void Job::reap_children() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    auto found = rank_by_pid_.find(pid);
+    if (found != rank_by_pid_.end()) {
+      on_rank_exit(ranks_[static_cast<size_t>(found->second)], status);
+    }
+  }
+}
+
+// Last resort when the event loop itself fails.
+void Job::kill_and_reap_ranks() {
+  signal_groups(SIGKILL);
+  phase_ = Phase::Killing;
+  for (Rank& rank : ranks_) {
+    if (rank.exited) continue;
+    while (waitpid(rank.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    rank.exited = true;
+  }
+}
+
+void Job::on_rank_exit(Rank& rank, int status) {
+  rank.exited = true;
+  // Forward what the rank wrote before exiting, so it precedes any failure report.
+  read_stream(rank, rank.out, 256);
+  read_stream(rank, rank.err, 256);
+  bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (success || phase_ != Phase::Running) return;
+  std::string how;
+  if (WIFEXITED(status)) {
+    exit_status_ = WEXITSTATUS(status);
+    how = "exit code " + std::to_string(WEXITSTATUS(status));
+  } else {
+    exit_status_ = 128 + WTERMSIG(status);
+    how = "signal " + signal_name(WTERMSIG(status));
+  }
+  std::fprintf(stderr, "weftrun: rank %d (pid %d) failed: %s%s\n", rank.index, rank.pid,
+               how.c_str(), all_ranks_exited() ? "" : "; terminating the other ranks");
+  stop(SIGTERM);
+}
+
+// Sends `sig` to every rank's process group, then SIGKILL once the grace period is over.
+void Job::stop(int sig) {
+  if (phase_ == Phase::Killing) return;
+  signal_groups(sig);
+  if (phase_ == Phase::Running) {
+    phase_ = Phase::Terminating;
+    kill_at_ms_ = now_ms() + seconds_to_ms(options_.grace_seconds);
+  }
+}
+
+void Job::signal_groups(int sig) {
+  for (Rank& rank : ranks_) {
+    if (rank.pid < 0 || !rank.group_alive) continue;
+    if (killpg(rank.pid, sig) != 0 && !rank.exited) kill(rank.pid, sig);
+  }
+}
+
+bool Job::all_ranks_exited() const {
+  return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.exited; });
+}
+
+// Only asked once every rank has been reaped: a group with members left holds
+// background processes of a rank. A group is never signalled again once found empty.
+bool Job::any_group_alive() {
+  bool alive = false;
+  for (Rank& rank : ranks_) {
+    if (rank.group_alive) rank.group_alive = killpg(rank.pid, 0) == 0 || errno == EPERM;
+    alive = alive || rank.group_alive;
+  }
+  return alive;
+}
+
+void Job::check_deadlines() {
+  int64_t now = now_ms();
+  if (phase_ == Phase::Running && job_deadline_ms_ > 0 && now >= job_deadline_ms_) {
+    std::fprintf(stderr, "weftrun: timeout after %g s; terminating all ranks\n",
+                 options_.timeout_seconds);
+    if (!exit_status_) exit_status_ = kExitTimeout;
+    stop(SIGTERM);
+  }
+  if (phase_ == Phase::Terminating && now >= kill_at_ms_) {
+    signal_groups(SIGKILL);
+    phase_ = Phase::Killing;
+    give_up_at_ms_ = now + kGiveUpAfterKillMs;
+  }
+}
+
+int Job::poll_timeout_ms() const {
+  std::optional<int64_t> deadline;
+  if (phase_ == Phase::Running && job_deadline_ms_ > 0) deadline = job_deadline_ms_;
+  if (phase_ == Phase::Terminating) deadline = kill_at_ms_;
+  if (phase_ == Phase::Killing && all_ranks_exited()) deadline = give_up_at_ms_;
+  if (!deadline) return -1;
+  return static_cast<int>(std::clamp<int64_t>(*deadline - now_ms(), 0, INT_MAX));
+}
+
+void Job::read_stream(Rank& rank, OutputStream& stream, int max_reads) {
+  char buffer[65536];
+  for (int i = 0; i < max_reads && stream.fd >= 0; ++i) {
+    ssize_t n = read(stream.fd, buffer, sizeof buffer);
+    if (n > 0) {
+      forward_output(rank, stream, std::string_view(buffer, static_cast<size_t>(n)));
+    } else if (n < 0 && errno == EINTR) {
+      --i;
+    } else if (n < 0 && errno == EAGAIN) {
+      return;
+    } else {
+      close_stream(rank, stream);
+    }
+  }
+}
+
+void Job::forward_output(const Rank& rank, OutputStream& stream, std::string_view data) {
+  std::string prefix = "[" + std::to_string(rank.index) + "]: ";
+  std::string& pending = stream.partial_line;
+  pending.append(data);
+  std::string out;
+  size_t start = 0;
+  for (size_t newline; (newline = pending.find('\n', start)) != std::string::npos;
+       start = newline + 1) {
+    out += prefix;
+    out.append(pending, start, newline + 1 - start);
+  }
+  pending.erase(0, start);
+  if (pending.size() >= kMaxLineBytes) {
+    out += prefix + pending + "\n";
+    pending.clear();
+  }
+  if (!write_all(stream.target_fd, out) && errno == EPIPE) {
+    // Our reader is gone: close the rank's pipe too, so its next write fails the same way.
+    pending.clear();
+    close_stream(rank, stream);
+  }
+}
+
+// Closes the pipe and forwards an unterminated last line, adding the newline.
+void Job::close_stream(const Rank& rank, OutputStream& stream) {
+  if (stream.fd < 0) return;
+  close(stream.fd);
+  stream.fd = -1;
+  if (!stream.partial_line.empty()) {
+    std::string line = "[" + std::to_string(rank.index) + "]: " + stream.partial_line + "\n";
+    write_all(stream.target_fd, line);
+    stream.partial_line.clear();
+  }
+}
+}  // namespace weftrun

@@ -1,0 +1,87 @@
+// Declarations shared by weftrun's two sources: weftrun.cc parses the command line,
+// job.cc runs the ranks.
+#ifndef WEFT_TOOLS_WEFTRUN_JOB_H_
+#define WEFT_TOOLS_WEFTRUN_JOB_H_
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace weftrun {
+
+struct Options {
+  int nproc = 1;
+  bool tag_output = false;
+  double timeout_seconds = 0;  // 0: no timeout
+  double grace_seconds = 5;
+  std::vector<std::string> command;
+};
+
+struct OutputStream {
+  int fd = -1;         // read end of the rank's pipe; -1 once closed
+  int target_fd = -1;  // where its lines go: 1 or 2
+  std::string partial_line;
+};
+
+struct Rank {
+  int index = 0;
+  pid_t pid = -1;  // also the id of the rank's process group
+  bool exited = false;
+  bool group_alive = false;  // the process group may still have members
+  OutputStream out, err;
+};
+
+// Launches the ranks and supervises them until all are gone; run() returns the exit status.
+class Job {
+ public:
+  explicit Job(Options options) : options_(std::move(options)) {}
+  int run();
+
+ private:
+  enum class Phase { Running, Terminating, Killing };
+
+  bool setup(std::string& error);
+  std::vector<std::string> base_environment();
+  bool spawn(Rank& rank, const std::vector<std::string>& base_env);
+  [[noreturn]] void exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd);
+  void handle_signals();
+  void reap_children();
+  void kill_and_reap_ranks();
+  void on_rank_exit(Rank& rank, int status);
+  void stop(int sig);
+  void signal_groups(int sig);
+  bool all_ranks_exited() const;
+  bool any_group_alive();
+  void check_deadlines();
+  int poll_timeout_ms() const;
+  void read_stream(Rank& rank, OutputStream& stream, int max_reads);
+  void forward_output(const Rank& rank, OutputStream& stream, std::string_view data);
+  void close_stream(const Rank& rank, OutputStream& stream);
+
+  Options options_;
+  std::vector<Rank> ranks_;
+  std::unordered_map<pid_t, int> rank_by_pid_;
+  std::vector<char*> argv_;  // the program and its arguments, null-terminated
+  std::string master_addr_, master_port_, run_id_;
+  int signal_fd_ = -1;
+  sigset_t original_mask_{};
+  rlimit original_nofile_{};
+  pid_t launcher_pid_ = 0;
+  Phase phase_ = Phase::Running;
+  std::optional<int> exit_status_;  // set by the first failure, signal or timeout
+  int64_t job_deadline_ms_ = 0;
+  int64_t kill_at_ms_ = 0;
+  int64_t give_up_at_ms_ = 0;
+};
+
+}  // namespace weftrun
+
+#endif  // WEFT_TOOLS_WEFTRUN_JOB_H_

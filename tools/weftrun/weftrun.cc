@@ -1,0 +1,144 @@
+// weftrun: launches N local ranks of a program with torchrun's environment, forwards their
+// output and signals, and tears the whole job down when any rank fails.
+// This file parses the command line; job.cc does the rest. No dependency on the Weft library.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "job.h"
+
+#ifndef WEFTRUN_VERSION
+#define WEFTRUN_VERSION "0.1.0"
+#endif
+
+namespace weftrun {
+namespace {
+
+constexpr int kMaxRanks = 1024;
+constexpr int kExitUsage = 2;
+
+const char kUsage[] =
+    "Usage: weftrun -n N [options] [--] program [args...]\n"
+    "\n"
+    "Launches N local ranks of program with torchrun's environment (MASTER_ADDR,\n"
+    "MASTER_PORT, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, ...).\n"
+    "\n"
+    "Options:\n"
+    "  -n, --nproc-per-node N  number of ranks, 1..1024 (default 1)\n"
+    "  -t, --tag-output        prefix every output line with \"[rank]: \"\n"
+    "      --timeout SECONDS   terminate the job after SECONDS and exit 124\n"
+    "      --grace SECONDS     wait between SIGTERM and SIGKILL (default 5)\n"
+    "  -h, --help              show this help and exit\n"
+    "      --version           show the version and exit\n"
+    "\n"
+    "MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to a free port on it. If MASTER_PORT\n"
+    "is set, MASTER_ADDR and MASTER_PORT are passed through unchanged.\n"
+    "If a rank fails, the others get SIGTERM; the exit status is the failing rank's exit\n"
+    "code, or 128+N if it died by signal N. SIGINT/SIGTERM/SIGHUP are forwarded to all ranks.\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "weftrun: error: %s\n\n%s", message.c_str(), kUsage);
+  std::exit(kExitUsage);
+}
+
+std::optional<long> parse_integer(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_seconds(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(value) || value < 0 || value > 1e9) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  int index = 1;
+  for (; index < argc; ++index) {
+    std::string arg = argv[index];
+    if (arg == "--") {
+      ++index;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;  // first word of the program
+
+    std::string name = arg;
+    std::optional<std::string> inline_value;
+    if (arg.starts_with("--")) {
+      if (size_t eq = arg.find('='); eq != std::string::npos) {
+        name = arg.substr(0, eq);
+        inline_value = arg.substr(eq + 1);
+      }
+    } else if (arg.starts_with("-n") && arg.size() > 2) {
+      name = "-n";
+      inline_value = arg.substr(2);
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (index + 1 >= argc) usage_error("option " + name + " needs a value");
+      return argv[++index];
+    };
+    auto no_value = [&] {
+      if (inline_value) usage_error("option " + name + " takes no value");
+    };
+
+    if (name == "-n" || name == "--nproc-per-node" || name == "--nproc_per_node") {
+      std::string text = value();
+      std::optional<long> count = parse_integer(text);
+      if (!count || *count < 1 || *count > kMaxRanks) {
+        usage_error("the number of ranks must be an integer from 1 to " +
+                    std::to_string(kMaxRanks) + ", got '" + text + "'");
+      }
+      options.nproc = static_cast<int>(*count);
+    } else if (name == "-t" || name == "--tag-output") {
+      no_value();
+      options.tag_output = true;
+    } else if (name == "--timeout") {
+      std::string text = value();
+      std::optional<double> seconds = parse_seconds(text);
+      if (!seconds || *seconds <= 0) {
+        usage_error("--timeout must be a positive number of seconds, got '" + text + "'");
+      }
+      options.timeout_seconds = *seconds;
+    } else if (name == "--grace") {
+      std::string text = value();
+      std::optional<double> seconds = parse_seconds(text);
+      if (!seconds) usage_error("--grace must be a number of seconds >= 0, got '" + text + "'");
+      options.grace_seconds = *seconds;
+    } else if (name == "-h" || name == "--help") {
+      no_value();
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (name == "--version") {
+      no_value();
+      std::printf("weftrun (Weft) %s\n", WEFTRUN_VERSION);
+      std::exit(0);
+    } else {
+      usage_error("unknown option '" + arg + "'");
+    }
+  }
+  if (index >= argc) usage_error("no program given");
+  options.command.assign(argv + index, argv + argc);
+  return options;
+}
+
+}  // namespace
+}  // namespace weftrun
+
+int main(int argc, char** argv) {
+  weftrun::Job job(weftrun::parse_options(argc, argv));
+  return job.run();
+}

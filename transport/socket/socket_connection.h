@@ -1,0 +1,73 @@
+// A Connection over one or more TCP streams to a peer. Each message travels with a 16-byte
+// header (magic, length) so that a size mismatch is detected before any byte lands in the
+// receiver's buffer. Large messages are striped over the streams in contiguous parts.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "transport/socket/socket_util.h"
+#include "transport/transport.h"
+
+namespace weft::transport {
+
+class SocketConnection final : public Connection {
+ public:
+  SocketConnection(int peerRank, std::string peerName, std::vector<UniqueFd> streams);
+
+  Status postSend(const void* data, size_t bytes, RequestId* id) override;
+  Status postRecv(void* data, size_t bytes, RequestId* id) override;
+  Status progress(bool* progressed) override;
+  RequestId completedSends() const override { return sends_.completed; }
+  RequestId completedRecvs() const override { return recvs_.completed; }
+  bool hasPendingSends() const override { return !sends_.messages.empty(); }
+  bool hasPendingRecvs() const override { return !recvs_.messages.empty(); }
+  void addPollFds(std::vector<pollfd>* fds) const override;
+  int peerRank() const override { return peerRank_; }
+  const char* kind() const override { return "socket"; }
+
+  // Messages below this size use one stream; above, they are striped.
+  static constexpr size_t kStripeMinBytes = 256 * 1024;
+
+ private:
+  struct WireHeader {
+    uint32_t magic;
+    uint32_t parts;        // how many streams carry this message
+    uint64_t totalBytes;   // the whole message, so both sides split it the same way
+  };
+  static constexpr uint32_t kMagic = 0x57465431;  // "WFT1"
+
+  // One message's share on one stream: its header, then its payload range.
+  struct Part {
+    RequestId message;
+    char* data;
+    size_t bytes;
+    size_t done = 0;  // bytes of header + payload moved
+    WireHeader header{};
+  };
+  struct Message {
+    size_t parts;
+    size_t partsLeft;
+    uint64_t totalBytes;
+  };
+  struct Direction {
+    std::deque<Message> messages;   // posted, not yet complete
+    RequestId first = 0;            // id of messages.front()
+    RequestId completed = 0;        // ids below this are complete
+    std::vector<std::deque<Part>> parts;  // per stream
+  };
+
+  Status post(Direction& dir, char* data, size_t bytes, bool isSend, RequestId* id);
+  Status progressSend(size_t stream, bool* progressed);
+  Status progressRecv(size_t stream, bool* progressed);
+  void finishPart(Direction& dir, const Part& part);
+  Status peerError(const char* what, int err) const;
+
+  int peerRank_;
+  std::string peerName_;
+  std::vector<UniqueFd> streams_;
+  Direction sends_;
+  Direction recvs_;
+};
+
+}  // namespace weft::transport

@@ -1,0 +1,317 @@
+#include "transport/socket/socket_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace weft::transport {
+namespace {
+
+constexpr int kAbortPollMs = 50;  // how often a blocked wait looks at the abort flag
+
+bool aborted(const std::atomic<bool>* flag) { return flag != nullptr && flag->load(std::memory_order_relaxed); }
+
+Status abortedStatus() { return Status(weftRemoteError, "the communicator was aborted"); }
+
+// Waits for `events` on fd; weftTimeout at the deadline.
+Status waitFor(int fd, short events, const Deadline& deadline, const std::atomic<bool>* abortFlag,
+               const char* what) {
+  for (;;) {
+    if (aborted(abortFlag)) return abortedStatus();
+    int waitMs = deadline.remainingMs(abortFlag ? kAbortPollMs : 1 << 30);
+    if (waitMs == 0 && deadline.expired()) {
+      return Status(weftTimeout, formatString("timed out waiting to %s", what));
+    }
+    pollfd pfd{fd, events, 0};
+    int n = ::poll(&pfd, 1, waitMs);
+    if (n > 0) return Status::ok();
+    if (n < 0 && errno != EINTR) return Status(weftSystemError, "poll: " + errnoString(errno));
+  }
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Result<SocketAddress> SocketAddress::fromSockaddr(const sockaddr* addr, socklen_t len) {
+  if (len > sizeof(sockaddr_storage) || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)) {
+    return Status(weftInternalError, "unsupported socket address family");
+  }
+  SocketAddress out;
+  std::memcpy(&out.storage, addr, len);
+  out.length = len;
+  return out;
+}
+
+Result<SocketAddress> SocketAddress::parse(const std::string& text, int defaultPort) {
+  std::string host = text;
+  std::string port = defaultPort >= 0 ? std::to_string(defaultPort) : "";
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == std::string::npos) return Status(weftInvalidArgument, "malformed address \"" + text + "\"");
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') return Status(weftInvalidArgument, "malformed address \"" + text + "\"");
+      port = text.substr(close + 2);
+    }
+  } else if (size_t colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (host.empty() || port.empty()) {
+    return Status(weftInvalidArgument, "address \"" + text + "\" needs the form host:port");
+  }
+  char* end = nullptr;
+  long portNumber = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || portNumber < 0 || portNumber > 65535) {
+    return Status(weftInvalidArgument, "address \"" + text + "\" has an invalid port");
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return Status(weftSystemError, "cannot resolve \"" + host + "\": " + gai_strerror(rc));
+  }
+  // Prefer IPv4 when a name resolves to both: it is what launchers' MASTER_ADDR usually means.
+  addrinfo* pick = found;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) { pick = a; break; }
+  }
+  auto result = fromSockaddr(pick->ai_addr, pick->ai_addrlen);
+  ::freeaddrinfo(found);
+  return result;
+}
+
+int SocketAddress::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  return -1;
+}
+
+void SocketAddress::setPort(int port) {
+  if (family() == AF_INET) reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(static_cast<uint16_t>(port));
+  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(static_cast<uint16_t>(port));
+}
+
+bool SocketAddress::isLoopback() const {
+  if (family() == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (family() == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+  return false;
+}
+
+std::string SocketAddress::toString() const {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, host, sizeof(host));
+    return formatString("%s:%d", host, port());
+  }
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, host, sizeof(host));
+    return formatString("[%s]:%d", host, port());
+  }
+  return "<no address>";
+}
+
+WireAddress toWire(const SocketAddress& address) {
+  WireAddress wire{};
+  wire.family = htons(static_cast<uint16_t>(address.family()));
+  wire.port = htons(static_cast<uint16_t>(address.port()));
+  if (address.family() == AF_INET) {
+    std::memcpy(wire.addr, &reinterpret_cast<const sockaddr_in*>(&address.storage)->sin_addr, 4);
+  } else if (address.family() == AF_INET6) {
+    std::memcpy(wire.addr, &reinterpret_cast<const sockaddr_in6*>(&address.storage)->sin6_addr, 16);
+  }
+  return wire;
+}
+
+Result<SocketAddress> fromWire(const WireAddress& wire) {
+  SocketAddress out;
+  uint16_t family = ntohs(wire.family);
+  if (family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&out.storage);
+    in->sin_family = AF_INET;
+    in->sin_port = wire.port;
+    std::memcpy(&in->sin_addr, wire.addr, 4);
+    out.length = sizeof(sockaddr_in);
+  } else if (family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = wire.port;
+    std::memcpy(&in6->sin6_addr, wire.addr, 16);
+    out.length = sizeof(sockaddr_in6);
+  } else {
+    return Status(weftInvalidArgument, formatString("unknown address family %u on the wire", family));
+  }
+  return out;
+}
+
+Status configureStreamSocket(int fd) {
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0) {
+    return Status(weftSystemError, "setsockopt: " + errnoString(errno));
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 || ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    return Status(weftSystemError, "fcntl: " + errnoString(errno));
+  }
+  return Status::ok();
+}
+
+Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound) {
+  UniqueFd fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status(weftSystemError, "socket: " + errnoString(errno));
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd.get(), address.sockaddrPtr(), address.length) != 0) {
+    return Status(weftSystemError, "cannot listen on " + address.toString() + ": " + errnoString(errno));
+  }
+  if (::listen(fd.get(), 1024) != 0) return Status(weftSystemError, "listen: " + errnoString(errno));
+  if (bound != nullptr) {
+    sockaddr_storage storage{};
+    socklen_t len = sizeof(storage);
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&storage), &len);
+    auto actual = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+    if (!actual.isOk()) return actual.status();
+    *bound = actual.value();
+  }
+  return fd;
+}
+
+Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
+                           const std::atomic<bool>* abortFlag) {
+  int backoffMs = 1;
+  for (;;) {
+    if (aborted(abortFlag)) return abortedStatus();
+    UniqueFd fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return Status(weftSystemError, "socket: " + errnoString(errno));
+    int rc = ::connect(fd.get(), address.sockaddrPtr(), address.length);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      Status waited = waitFor(fd.get(), POLLOUT, deadline, abortFlag, ("connect to " + address.toString()).c_str());
+      if (!waited.isOk()) return waited;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err == 0) {
+      WEFT_TRY(configureStreamSocket(fd.get()));
+      return fd;
+    }
+    bool retryable = err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == EHOSTUNREACH ||
+                     err == ENETUNREACH || err == EAGAIN;
+    if (!retryable) {
+      return Status(weftSystemError, "cannot connect to " + address.toString() + ": " + errnoString(err));
+    }
+    if (deadline.expired()) {
+      return Status(weftTimeout, "timed out connecting to " + address.toString() + " (last error: " +
+                                     errnoString(err) + ")");
+    }
+    ::poll(nullptr, 0, std::min(backoffMs, deadline.remainingMs()));
+    backoffMs = std::min(backoffMs * 2, 100);
+  }
+}
+
+Result<UniqueFd> acceptOne(int listenFd, const Deadline& deadline, const std::atomic<bool>* abortFlag,
+                           SocketAddress* peerAddress) {
+  for (;;) {
+    sockaddr_storage storage{};
+    socklen_t len = sizeof(storage);
+    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&storage), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      UniqueFd owned(fd);
+      WEFT_TRY(configureStreamSocket(fd));
+      if (peerAddress != nullptr) {
+        auto addr = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+        if (addr.isOk()) *peerAddress = addr.value();
+      }
+      return owned;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+      return Status(weftSystemError, "accept: " + errnoString(errno));
+    }
+    WEFT_TRY(waitFor(listenFd, POLLIN, deadline, abortFlag, "accept a connection"));
+  }
+}
+
+Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,
+               const std::atomic<bool>* abortFlag) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      WEFT_TRY(waitFor(fd, POLLOUT, deadline, abortFlag, "send"));
+      continue;
+    }
+    return Status(weftRemoteError, "connection lost while sending: " + errnoString(errno));
+  }
+  return Status::ok();
+}
+
+Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
+               const std::atomic<bool>* abortFlag) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::recv(fd, p, bytes, 0);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Status(weftRemoteError, "connection closed by the peer");
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      WEFT_TRY(waitFor(fd, POLLIN, deadline, abortFlag, "receive"));
+      continue;
+    }
+    return Status(weftRemoteError, "connection lost while receiving: " + errnoString(errno));
+  }
+  return Status::ok();
+}
+
+Result<SocketAddress> localAddressToward(const SocketAddress& remote) {
+  UniqueFd fd(::socket(remote.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status(weftSystemError, "socket: " + errnoString(errno));
+  SocketAddress target = remote;
+  if (target.port() == 0) target.setPort(9);
+  if (::connect(fd.get(), target.sockaddrPtr(), target.length) != 0) {
+    return Status(weftSystemError, "no route to " + remote.toString() + ": " + errnoString(errno));
+  }
+  sockaddr_storage storage{};
+  socklen_t len = sizeof(storage);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&storage), &len);
+  auto local = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+  if (local.isOk()) local.value().setPort(0);
+  return local;
+}
+
+bool constantTimeEqual(const void* a, const void* b, size_t bytes) {
+  const volatile unsigned char* x = static_cast<const unsigned char*>(a);
+  const volatile unsigned char* y = static_cast<const unsigned char*>(b);
+  unsigned char diff = 0;
+  for (size_t i = 0; i < bytes; ++i) diff |= static_cast<unsigned char>(x[i] ^ y[i]);
+  return diff == 0;
+}
+
+}  // namespace weft::transport

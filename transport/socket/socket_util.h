@@ -1,0 +1,90 @@
+// TCP plumbing shared by the bootstrap and the socket transport: addresses, listening,
+// connecting and whole-buffer I/O, each bounded by a Deadline and interruptible by an abort flag.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "util/deadline.h"
+#include "util/status.h"
+
+namespace weft::transport {
+
+// An IPv4 or IPv6 address with port, in a fixed-size form that can travel on the wire.
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+
+  static Result<SocketAddress> fromSockaddr(const sockaddr* addr, socklen_t len);
+  // "host:port", "[v6]:port" or "host" + default port; resolves names.
+  static Result<SocketAddress> parse(const std::string& text, int defaultPort = -1);
+
+  int family() const { return storage.ss_family; }
+  int port() const;
+  void setPort(int port);
+  bool isLoopback() const;
+  std::string toString() const;
+  const sockaddr* sockaddrPtr() const { return reinterpret_cast<const sockaddr*>(&storage); }
+};
+
+// Fixed 20-byte wire form: family (2), port (2), address (16), network byte order.
+struct WireAddress {
+  uint16_t family;
+  uint16_t port;
+  uint8_t addr[16];
+};
+WireAddress toWire(const SocketAddress& address);
+Result<SocketAddress> fromWire(const WireAddress& wire);
+
+// A file descriptor that closes itself.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { int fd = fd_; fd_ = -1; return fd; }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Binds and listens (non-blocking). Port 0 picks a free port; the bound address is returned.
+Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound);
+
+// Connects, retrying refused connections (the listener may not be up yet) until the deadline.
+Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
+                           const std::atomic<bool>* abortFlag = nullptr);
+
+// Accepts one connection; weftTimeout at the deadline. The new socket is non-blocking.
+Result<UniqueFd> acceptOne(int listenFd, const Deadline& deadline,
+                           const std::atomic<bool>* abortFlag = nullptr,
+                           SocketAddress* peerAddress = nullptr);
+
+// Whole-buffer I/O on a non-blocking socket. A closed or reset connection is weftRemoteError.
+Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,
+               const std::atomic<bool>* abortFlag = nullptr);
+Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
+               const std::atomic<bool>* abortFlag = nullptr);
+
+// TCP_NODELAY, keepalive, non-blocking, close-on-exec.
+Status configureStreamSocket(int fd);
+
+// The local address the kernel would use to reach `remote` (no packet is sent).
+Result<SocketAddress> localAddressToward(const SocketAddress& remote);
+
+// Constant-time comparison for secrets.
+bool constantTimeEqual(const void* a, const void* b, size_t bytes);
+
+}  // namespace weft::transport

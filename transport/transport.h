@@ -1,0 +1,48 @@
+// The transport interface: one Connection per peer, with non-blocking posted sends and
+// receives of byte ranges (NCCL's net-plugin shape). Shared memory, sockets, CUDA IPC and RDMA
+// each implement it; the collective executor knows nothing else about them.
+//
+// Ordering: sends complete in the order they were posted, and so do receives; the n-th send
+// posted on one side matches the n-th receive posted on the other, and their sizes must agree
+// (a mismatch is an error, never an overrun).
+#pragma once
+
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace weft::transport {
+
+// Identifies a posted operation; increases by one per post in each direction.
+using RequestId = uint64_t;
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // The buffer must stay valid and untouched until the request completes.
+  virtual Status postSend(const void* data, size_t bytes, RequestId* id) = 0;
+  virtual Status postRecv(void* data, size_t bytes, RequestId* id) = 0;
+
+  // Moves whatever can move without blocking; sets *progressed when any byte moved.
+  virtual Status progress(bool* progressed) = 0;
+
+  // Requests complete in posting order, so these are counters: id < completedSends() is done.
+  virtual RequestId completedSends() const = 0;
+  virtual RequestId completedRecvs() const = 0;
+  virtual bool hasPendingSends() const = 0;
+  virtual bool hasPendingRecvs() const = 0;
+
+  // Descriptors to sleep on when nothing progresses (none: the caller yields instead).
+  virtual void addPollFds(std::vector<pollfd>* fds) const = 0;
+
+  virtual int peerRank() const = 0;
+  virtual const char* kind() const = 0;  // "socket", "shm", ...
+};
+
+}  // namespace weft::transport
