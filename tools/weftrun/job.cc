@@ -106,12 +106,10 @@ std::optional<std::string> find_free_port(const std::string& address, std::strin
   return port;
 }
 
-std::string random_run_id() {
-  unsigned char bytes[8] = {};
-  if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
-    uint64_t fallback = static_cast<uint64_t>(now_ms()) ^ (static_cast<uint64_t>(getpid()) << 32);
-    std::memcpy(bytes, &fallback, sizeof bytes);
-  }
+// `n` random bytes from the kernel's CSPRNG as 2n hex digits; empty if the kernel has none.
+std::string random_hex(size_t n) {
+  std::vector<unsigned char> bytes(n);
+  if (getrandom(bytes.data(), n, 0) != static_cast<ssize_t>(n)) return {};
   std::string id;
   for (unsigned char byte : bytes) {
     const char* digits = "0123456789abcdef";
@@ -141,7 +139,14 @@ bool Job::setup(std::string& error) {
     }
     master_port_ = *port;
   }
-  run_id_ = random_run_id();
+  run_id_ = random_hex(8);
+  // The ranks' bootstrap secret (WEFT_SECRET), unless the caller chose one.
+  const char* env_secret = std::getenv("WEFT_SECRET");
+  secret_ = env_secret && *env_secret ? env_secret : random_hex(32);
+  if (run_id_.empty() || secret_.empty()) {
+    error = std::string("getrandom: ") + std::strerror(errno);
+    return false;
+  }
 
   // Two pipe ends per rank can pass the usual soft limit of 1024 descriptors.
   getrlimit(RLIMIT_NOFILE, &original_nofile_);
@@ -173,7 +178,7 @@ std::vector<std::string> Job::base_environment() {
       "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
       "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
       "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-      "WEFT_LAUNCHER",
+      "WEFT_LAUNCHER", "WEFT_SECRET",
   };
   std::vector<std::string> env;
   for (char** entry = environ; *entry; ++entry) {
@@ -189,7 +194,7 @@ std::vector<std::string> Job::base_environment() {
         "LOCAL_WORLD_SIZE=" + world, "ROLE_WORLD_SIZE=" + world, std::string("GROUP_RANK=0"),
         std::string("GROUP_WORLD_SIZE=1"), std::string("ROLE_NAME=default"),
         "TORCHELASTIC_RUN_ID=" + run_id_, std::string("TORCHELASTIC_RESTART_COUNT=0"),
-        std::string("TORCHELASTIC_MAX_RESTARTS=0"), std::string("WEFT_LAUNCHER=weftrun")}) {
+        std::string("TORCHELASTIC_MAX_RESTARTS=0"), std::string("WEFT_LAUNCHER=weftrun"), "WEFT_SECRET=" + secret_}) {
     env.push_back(setting);
   }
   return env;

@@ -70,7 +70,7 @@ class Job {
   std::vector<Rank> ranks_;
   std::unordered_map<pid_t, int> rank_by_pid_;
   std::vector<char*> argv_;  // the program and its arguments, null-terminated
-  std::string master_addr_, master_port_, run_id_;
+  std::string master_addr_, master_port_, run_id_, secret_;
   int signal_fd_ = -1;
   sigset_t original_mask_{};
   rlimit original_nofile_{};

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tools/setup.sh: installs the Debian packages Weft's build, tests and benchmarks need (only
+# those missing), then configures and builds the tree. Safe to run again: it does nothing that
+# is already done beyond an incremental build.
+#
+#   tools/setup.sh [--build-dir DIR] [--no-install] [-- extra cmake args]
+#
+# Environment: BUILD_DIR (default <repo>/build), WEFT_SETUP_NO_INSTALL=1 (skip apt-get).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${BUILD_DIR:-$root/build}
+install=1
+[[ ${WEFT_SETUP_NO_INSTALL:-0} == 1 ]] && install=0
+cmake_args=()
+while (($#)); do
+  case $1 in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --no-install) install=0; shift ;;
+    --) shift; cmake_args=("$@"); break ;;
+    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "setup: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+# What each package is for:
+#   build-essential cmake pkg-config  the build
+#   catch2                            the test suite (Catch2 v2, Debian's)
+#   libgloo-dev                       bench/compare's peer (Gloo's ring all-reduce)
+#   python3                           bench/compare's table
+#   iproute2 procps                   multi-host tests (network namespaces), process checks
+packages=(build-essential cmake pkg-config catch2 libgloo-dev python3 iproute2 procps)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if ((install)); then
+    sudo=()
+    if [[ $(id -u) != 0 ]]; then
+      command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+      sudo=(sudo)
+    fi
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages (not installing): ${missing[*]}" >&2
+  fi
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+if [[ ! -f $build_dir/CMakeCache.txt ]]; then
+  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
+elif ((${#cmake_args[@]})); then
+  cmake "$build_dir" "${cmake_args[@]}"
+fi
+cmake --build "$build_dir" -j "$jobs"
