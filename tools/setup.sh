@@ -27,9 +27,10 @@ done
 #   build-essential cmake pkg-config  the build
 #   catch2                            the test suite (Catch2 v2, Debian's)
 #   libgloo-dev                       bench/compare's peer (Gloo's ring all-reduce)
+#   openmpi-bin                       weft-perf under mpirun (tests), Open MPI as a peer
 #   python3                           bench/compare's table
 #   iproute2 procps                   multi-host tests (network namespaces), process checks
-packages=(build-essential cmake pkg-config catch2 libgloo-dev python3 iproute2 procps)
+packages=(build-essential cmake pkg-config catch2 libgloo-dev openmpi-bin python3 iproute2 procps)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -62,7 +62,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
                                             rank, timeoutMs, nranks - 1, where.c_str()));
   }
   if (got.code() == weftRemoteError) {
-    return Status(weftRemoteError, "the " + where + " closed the connection: the id is stale or belongs to another job");
+    return Status(weftRemoteError, "the " + where + " closed the connection before answering: its process exited, or the id is stale or belongs to another job");
   }
   WEFT_TRY(got);
   if (reply.magic != kReplyMagic) return Status(weftRemoteError, "the " + where + " sent a malformed reply");

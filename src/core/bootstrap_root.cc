@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <ranges>
 #include <thread>
 
 #include "core/bootstrap.h"
@@ -20,6 +21,7 @@ using transport::SocketAddress;
 using transport::UniqueFd;
 
 constexpr int kHelloDeadlineMs = 10000;  // a connection must say hello this fast
+constexpr size_t kMaxPending = 1024;     // connections that have not said hello yet
 
 struct PendingConnection {
   UniqueFd fd;
@@ -54,6 +56,11 @@ class RootServer {
       auto fd = transport::acceptOne(listenFd_.get(), Deadline::afterMs(0), nullptr, &p.from);
       if (!fd.isOk()) return;
       p.fd = fd.take();
+      if (pending_.size() >= kMaxPending) {  // a flood: the oldest silent connection makes room
+        WEFT_WARN("bootstrap root: %zu connections without a hello; dropping the one from %s",
+                  pending_.size(), pending_.front().from.toString().c_str());
+        pending_.erase(pending_.begin());
+      }
       pending_.push_back(std::move(p));
     }
   }
@@ -136,9 +143,11 @@ class RootServer {
     return true;
   }
 
+  // Replies go out from the highest rank down: the root usually lives in rank 0's process, and
+  // rank 0 must not finish (and perhaps exit, taking this thread along) before the others heard.
   void replyAll() {
     RootReply reply{kReplyMagic, weftSuccess, nranks_, 0, {}};
-    for (auto& fd : joined_) {
+    for (auto& fd : std::views::reverse(joined_)) {
       Deadline d = Deadline::afterMs(kHelloDeadlineMs);
       Status s = transport::sendAll(fd.get(), &reply, sizeof(reply), d);
       if (s.isOk()) s = transport::sendAll(fd.get(), records_.data(), records_.size() * sizeof(PeerRecord), d);
@@ -165,10 +174,10 @@ class RootServer {
     auto tell = [&](UniqueFd& fd) {
       if (fd.valid()) (void)transport::sendAll(fd.get(), &reply, sizeof(reply), Deadline::afterMs(1000));
     };
-    for (auto& fd : joined_) tell(fd);
     for (auto& p : pending_) {
       if (p.received == sizeof(RankHello) && validate(p.hello).empty()) tell(p.fd);
     }
+    for (auto& fd : std::views::reverse(joined_)) tell(fd);  // highest rank first, as in replyAll
   }
 
   UniqueFd listenFd_;

@@ -14,7 +14,7 @@ namespace weft {
 namespace {
 
 struct LogSink {
-  LogLevel level = LogLevel::None;
+  LogLevel level = LogLevel::Warn;
   FILE* file = stderr;
   char host[64] = {};
 };

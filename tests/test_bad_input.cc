@@ -1,0 +1,245 @@
+// Bad input of every kind the C API can be handed: each call gets its documented weftResult_t
+// and a readable last-error sentence, never a crash or a hang. Ranks are real processes.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multiprocess.h"
+
+using namespace weft::test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool contains(const char* text, const char* part) { return text != nullptr && std::strstr(text, part) != nullptr; }
+
+// A one-rank communicator made inside a rank (each rank process makes its own).
+weftComm_t soloComm(RankContext& ctx) {
+  weftUniqueId id;
+  weftComm_t comm = nullptr;
+  RANK_WEFT(ctx, weftGetUniqueId(&id));
+  RANK_WEFT(ctx, weftCommInitRank(&comm, 1, id, 0));
+  return comm;
+}
+
+weftConfig_t configWithTimeout(int ms) {
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  config.timeoutMs = ms;
+  return config;
+}
+
+void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+}  // namespace
+
+TEST_CASE("bad input: error strings and version", "[badinput]") {
+  for (int r = 0; r < weftNumResults; ++r) {
+    const char* text = weftGetErrorString(static_cast<weftResult_t>(r));
+    REQUIRE(text != nullptr);
+    CHECK(std::strlen(text) > 0);
+  }
+  CHECK(contains(weftGetErrorString(static_cast<weftResult_t>(1234)), "unknown"));
+  int version = 0;
+  CHECK(weftGetVersion(&version) == weftSuccess);
+  CHECK(version == WEFT_VERSION_CODE);
+  CHECK(weftGetVersion(nullptr) == weftInvalidArgument);
+  CHECK(weftGetUniqueId(nullptr) == weftInvalidArgument);
+  CHECK(contains(weftGetLastError(nullptr), "uniqueId is NULL"));
+}
+
+TEST_CASE("bad input: NULL, invented and destroyed communicators", "[badinput]") {
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    float x = 1;
+    RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, nullptr, nullptr) == weftInvalidArgument, "NULL comm");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "invalid communicator"), "text: %s", weftGetLastError(nullptr));
+    auto invented = reinterpret_cast<weftComm_t>(static_cast<uintptr_t>(0x1234));
+    RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, invented, nullptr) == weftInvalidArgument, "invented");
+    int n = 0;
+    RANK_CHECK(ctx, weftCommCount(invented, &n) == weftInvalidArgument, "count on invented comm");
+    RANK_CHECK(ctx, weftCommDestroy(nullptr) == weftInvalidArgument, "destroy NULL");
+    RANK_CHECK(ctx, weftCommAbort(invented) == weftInvalidArgument, "abort invented");
+
+    weftComm_t comm = soloComm(ctx);
+    RANK_CHECK(ctx, weftCommCount(comm, nullptr) == weftInvalidArgument, "NULL count");
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) == weftInvalidArgument,
+               "use after destroy");
+    RANK_CHECK(ctx, weftCommDestroy(comm) == weftInvalidArgument, "double destroy");
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: buffers, counts, types, ops and streams", "[badinput]") {
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    weftComm_t comm = soloComm(ctx);
+    if (comm == nullptr) return 1;
+    float buf[8] = {};
+    auto expect = [&](weftResult_t got, weftResult_t want, const char* text, const char* what) {
+      RANK_CHECK(ctx, got == want, "%s: got %d, want %d", what, got, want);
+      RANK_CHECK(ctx, contains(weftGetLastError(comm), text), "%s: last error '%s' lacks '%s'", what,
+                 weftGetLastError(comm), text);
+    };
+    expect(weftAllReduce(nullptr, buf, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument, "sendbuff is NULL",
+           "NULL sendbuff");
+    expect(weftAllReduce(buf, nullptr, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument, "recvbuff is NULL",
+           "NULL recvbuff");
+    expect(weftAllReduce(buf, buf, 4, static_cast<weftDataType_t>(12), weftSum, comm, nullptr), weftInvalidArgument,
+           "invalid datatype 12", "datatype 12");
+    expect(weftAllReduce(buf, buf, 4, static_cast<weftDataType_t>(-1), weftSum, comm, nullptr), weftInvalidArgument,
+           "invalid datatype -1", "datatype -1");
+    expect(weftAllReduce(buf, buf, 4, weftFloat32, static_cast<weftRedOp_t>(5), comm, nullptr), weftInvalidArgument,
+           "invalid reduction op 5", "op 5");
+    expect(weftAllReduce(buf, buf, 4, weftFloat32, static_cast<weftRedOp_t>(-3), comm, nullptr), weftInvalidArgument,
+           "invalid reduction op -3", "op -3");
+    expect(weftAllReduce(buf, buf + 1, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument, "overlap",
+           "overlapping buffers");
+    expect(weftAllReduce(buf, buf, SIZE_MAX / 2, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument,
+           "overflows", "count overflow");
+    int fakeStream = 0;
+    expect(weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, &fakeStream), weftInvalidArgument, "stream",
+           "non-NULL stream");
+    // count 0 with NULL buffers is a valid no-op, as in NCCL.
+    RANK_WEFT(ctx, weftAllReduce(nullptr, nullptr, 0, weftFloat32, weftSum, comm, nullptr));
+    // The communicator is still usable after rejected calls.
+    buf[0] = 3;
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 1, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, buf[0] == 3, "single-rank sum changed the value: %g", buf[0]);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: init arguments, configs and ids", "[badinput]") {
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    weftUniqueId id;
+    RANK_WEFT(ctx, weftGetUniqueId(&id));
+    weftComm_t comm = nullptr;
+    RANK_CHECK(ctx, weftCommInitRank(nullptr, 1, id, 0) == weftInvalidArgument, "NULL comm pointer");
+    RANK_CHECK(ctx, weftCommInitRank(&comm, 0, id, 0) == weftInvalidArgument, "nranks 0");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "nranks must be at least 1"), "%s", weftGetLastError(nullptr));
+    RANK_CHECK(ctx, weftCommInitRank(&comm, -4, id, 0) == weftInvalidArgument, "nranks -4");
+    RANK_CHECK(ctx, weftCommInitRank(&comm, 2, id, 2) == weftInvalidArgument, "rank == nranks");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "rank 2 is outside [0, 2)"), "%s", weftGetLastError(nullptr));
+    RANK_CHECK(ctx, weftCommInitRank(&comm, 2, id, -1) == weftInvalidArgument, "rank -1");
+    RANK_CHECK(ctx, comm == nullptr, "comm set on failure");
+
+    weftUniqueId corrupted = id;
+    corrupted.internal[40] ^= 0x5a;
+    RANK_CHECK(ctx, weftCommInitRank(&comm, 1, corrupted, 0) == weftInvalidArgument, "corrupted id");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "corrupted"), "%s", weftGetLastError(nullptr));
+    weftUniqueId zero{};
+    RANK_CHECK(ctx, weftCommInitRank(&comm, 1, zero, 0) == weftInvalidArgument, "zeroed id");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "not a Weft id"), "%s", weftGetLastError(nullptr));
+
+    weftConfig_t raw{};
+    RANK_CHECK(ctx, weftCommInitRankConfig(&comm, 1, id, 0, &raw) == weftInvalidArgument, "config without initializer");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "WEFT_CONFIG_INITIALIZER"), "%s", weftGetLastError(nullptr));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.blocking = 7;
+    RANK_CHECK(ctx, weftCommInitRankConfig(&comm, 1, id, 0, &config) == weftInvalidArgument, "blocking 7");
+    config = configWithTimeout(-5);
+    RANK_CHECK(ctx, weftCommInitRankConfig(&comm, 1, id, 0, &config) == weftInvalidArgument, "timeout -5");
+
+    // After all that, the id still works: rejected calls never reached the root.
+    config = configWithTimeout(10000);
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, 1, id, 0, &config));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: a non-blocking init is polled to completion", "[badinput]") {
+  expectAllPassed(runRanks(3, [](RankContext& ctx) {
+    weftConfig_t config = configWithTimeout(20000);
+    config.blocking = 0;
+    weftComm_t comm = nullptr;
+    weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
+    RANK_CHECK(ctx, rc == weftInProgress, "non-blocking init returned %d", rc);
+    float x = 1;
+    weftResult_t state = weftInProgress;
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (state == weftInProgress && Clock::now() < deadline) {
+      RANK_WEFT(ctx, weftCommGetAsyncError(comm, &state));
+      if (state == weftInProgress) {
+        // Collectives are refused until init is done.
+        RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) == weftInvalidUsage,
+                   "collective during init");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    RANK_CHECK(ctx, state == weftSuccess, "init ended with %d: %s", state, weftGetLastError(comm));
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, x == 3, "sum %g", x);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: a rank that never arrives gives weftTimeout naming it", "[badinput]") {
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    if (ctx.rank == 2) return 0;  // never calls init
+    weftConfig_t config = configWithTimeout(2000);
+    weftComm_t comm = nullptr;
+    auto start = Clock::now();
+    weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    RANK_CHECK(ctx, rc == weftTimeout, "init returned %d: %s", rc, weftGetLastError(nullptr));
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "missing rank(s): 2"), "text: %s", weftGetLastError(nullptr));
+    RANK_CHECK(ctx, seconds < 4.0, "took %.1f s with a 2 s timeout", seconds);
+    return 0;
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST_CASE("bad input: abort from another thread ends a collective waiting on a silent peer", "[badinput]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = configWithTimeout(60000);
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    if (ctx.rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // stays silent, then leaves
+      (void)weftCommAbort(comm);
+      return 0;
+    }
+    std::vector<float> v(1000, 1.0f);
+    auto start = Clock::now();
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      RANK_WEFT(ctx, weftCommAbort(comm));
+    });
+    weftResult_t rc = weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr);
+    aborter.join();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    RANK_CHECK(ctx, rc != weftSuccess, "the collective succeeded without its peer");
+    RANK_CHECK(ctx, seconds < 2.0, "abort took %.1f s to end the collective", seconds);
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: mismatched counts across ranks end in an error, not a hang", "[badinput]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = configWithTimeout(3000);
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    size_t count = ctx.rank == 0 ? 100 : 1000;
+    std::vector<float> v(count + 16, 1.0f);
+    weftResult_t rc = weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr);
+    RANK_CHECK(ctx, rc != weftSuccess, "mismatched counts succeeded");
+    for (size_t i = count; i < v.size(); ++i) RANK_CHECK(ctx, v[i] == 1.0f, "wrote past the buffer at %zu", i);
+    // The communicator stays failed with the first error.
+    float x = 1;
+    RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess,
+               "a failed communicator ran another collective");
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}

@@ -1,0 +1,122 @@
+// Strangers at the bootstrap root: a port scanner, garbage, a hello with a forged or stale
+// secret, a connection that never speaks. Each is dropped and the real job completes.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/bootstrap_wire.h"
+#include "core/unique_id.h"
+#include "multiprocess.h"
+#include "transport/socket/socket_util.h"
+
+using namespace weft;
+using namespace weft::test;
+
+namespace {
+
+// Whether the root closes `fd` (recv gives 0 or an error) within `ms`.
+bool closedByPeer(int fd, int ms) {
+  char byte;
+  Status s = transport::recvAll(fd, &byte, 1, Deadline::afterMs(ms));
+  return s.code() == weftRemoteError;
+}
+
+core::RankHello forgedHello(const core::Secret& secret) {
+  core::RankHello hello{};
+  hello.magic = core::kHelloMagic;
+  hello.version = core::kProtocolVersion;
+  std::memcpy(hello.secret, secret.data(), sizeof(hello.secret));
+  hello.rank = 0;  // claims a real rank's place
+  hello.nranks = 2;
+  hello.timeoutMs = 30000;
+  std::snprintf(hello.hostName, sizeof(hello.hostName), "intruder");
+  return hello;
+}
+
+// The stranger: rank 2 of the test's processes, not a member of the 2-rank job.
+int stranger(RankContext& ctx) {
+  auto id = core::decodeUniqueId(ctx.id);
+  RANK_CHECK(ctx, id.isOk(), "decode: %s", id.status().message().c_str());
+  if (!id.isOk()) return 1;
+  const transport::SocketAddress root = id.value().root;
+  auto connect = [&] { return transport::connectTo(root, Deadline::afterMs(5000)).take(); };
+
+  {  // a port scanner: connect, leave
+    transport::UniqueFd fd = connect();
+  }
+  {  // garbage, then silence
+    transport::UniqueFd fd = connect();
+    const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    RANK_CHECK(ctx, transport::sendAll(fd.get(), junk, sizeof(junk) - 1, Deadline::afterMs(1000)).isOk(), "send junk");
+  }
+  core::Secret wrong = id.value().secret;
+  wrong[7] ^= 1;
+  {  // a forged hello: right shape, wrong secret; the root must hang up
+    transport::UniqueFd fd = connect();
+    core::RankHello hello = forgedHello(wrong);
+    RANK_CHECK(ctx, transport::sendAll(fd.get(), &hello, sizeof(hello), Deadline::afterMs(1000)).isOk(), "send hello");
+    RANK_CHECK(ctx, closedByPeer(fd.get(), 5000), "the root kept a connection with a wrong secret");
+  }
+  {  // a stale id: a secret from another job
+    auto other = core::newSecret();
+    transport::UniqueFd fd = connect();
+    core::RankHello hello = forgedHello(other.value());
+    RANK_CHECK(ctx, transport::sendAll(fd.get(), &hello, sizeof(hello), Deadline::afterMs(1000)).isOk(), "send hello");
+    RANK_CHECK(ctx, closedByPeer(fd.get(), 5000), "the root kept a connection with a stale secret");
+  }
+  {  // a huge claimed size where a hello belongs: only sizeof(RankHello) is ever read
+    transport::UniqueFd fd = connect();
+    std::vector<uint8_t> flood(64 * 1024, 0xff);
+    (void)transport::sendAll(fd.get(), flood.data(), flood.size(), Deadline::afterMs(1000));
+    RANK_CHECK(ctx, closedByPeer(fd.get(), 5000), "the root kept a flooding connection");
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: strangers are dropped and the job completes", "[bootstrap][security][multiprocess]") {
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    if (ctx.rank == 2) return stranger(ctx);
+    // Let the stranger reach the root first, and keep a silent connection open throughout.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, 2, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    int64_t v = ctx.rank + 1;
+    RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt64, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, v == 3, "sum %ld", static_cast<long>(v));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+  // The root logged what it dropped.
+  CHECK(outcomes[0].output.find("wrong secret") != std::string::npos);
+}
+
+TEST_CASE("bootstrap: a silent connection does not delay the job", "[bootstrap][security][multiprocess]") {
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    if (ctx.rank == 2) {
+      auto id = core::decodeUniqueId(ctx.id);
+      auto fd = transport::connectTo(id.value().root, Deadline::afterMs(5000));
+      RANK_CHECK(ctx, fd.isOk(), "connect");
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // holds it open, says nothing
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto start = std::chrono::steady_clock::now();
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, 2, ctx.id, ctx.rank));
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    RANK_CHECK(ctx, seconds < 2.0, "init took %.1f s behind a silent stranger", seconds);
+    if (comm != nullptr) RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}

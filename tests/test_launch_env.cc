@@ -1,0 +1,134 @@
+// weftCommInitFromEnv under each launcher's environment: torchrun's (MASTER_ADDR/PORT),
+// WEFT_COMM_ID, Open MPI's and Slurm's with no address (the one-host rendezvous), and the
+// errors for a missing or inconsistent environment. Ranks are real processes; each sets the
+// variables its launcher would have set, then initializes and all-reduces.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "multiprocess.h"
+
+using namespace weft::test;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+// A port that was free a moment ago on loopback.
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs nranks processes, each with the environment envFor(rank), through init + all-reduce.
+void runWithEnvironment(int nranks, const std::function<Env(int)>& envFor) {
+  LaunchOptions options;
+  options.makeId = false;
+  auto outcomes = runRanks(
+      nranks,
+      [&](RankContext& ctx) {
+        for (const auto& [key, value] : envFor(ctx.rank)) setenv(key.c_str(), value.c_str(), 1);
+        weftComm_t comm = nullptr;
+        RANK_WEFT(ctx, weftCommInitFromEnv(&comm));
+        if (comm == nullptr) return 1;
+        int rank = -1, count = 0;
+        RANK_WEFT(ctx, weftCommUserRank(comm, &rank));
+        RANK_WEFT(ctx, weftCommCount(comm, &count));
+        RANK_CHECK(ctx, rank == ctx.rank && count == ctx.nranks, "rank %d of %d", rank, count);
+        int32_t v = ctx.rank;
+        RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
+        RANK_CHECK(ctx, v == ctx.nranks * (ctx.nranks - 1) / 2, "sum %d", v);
+        RANK_WEFT(ctx, weftCommDestroy(comm));
+        return 0;
+      },
+      options);
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+// A fresh job id so that runs never meet each other's rendezvous files.
+std::string jobId() { return std::to_string(getpid()) + "-" + std::to_string(freePort()); }
+
+}  // namespace
+
+TEST_CASE("launch: torchrun's environment", "[launch][multiprocess]") {
+  std::string port = std::to_string(freePort());
+  runWithEnvironment(3, [&](int rank) {
+    return Env{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},      {"RANK", std::to_string(rank)},
+               {"WORLD_SIZE", "3"},          {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "3"},
+               {"WEFT_SECRET", std::string(64, 'a')}};
+  });
+}
+
+TEST_CASE("launch: WEFT_COMM_ID names the root", "[launch][multiprocess]") {
+  std::string root = "127.0.0.1:" + std::to_string(freePort());
+  runWithEnvironment(2, [&](int rank) {
+    return Env{{"WEFT_COMM_ID", root}, {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}};
+  });
+}
+
+TEST_CASE("launch: Open MPI's environment on one host, no address given", "[launch][multiprocess]") {
+  std::string job = jobId();
+  runWithEnvironment(4, [&](int rank) {
+    return Env{{"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", "4"},
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"OMPI_MCA_ess_base_jobid", job}};
+  });
+}
+
+TEST_CASE("launch: Slurm's environment on one host, no address given", "[launch][multiprocess]") {
+  std::string job = jobId();
+  runWithEnvironment(2, [&](int rank) {
+    return Env{{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}};
+  });
+}
+
+TEST_CASE("launch: a missing or inconsistent environment is a clear error", "[launch][multiprocess]") {
+  LaunchOptions options;
+  options.makeId = false;
+  auto outcomes = runRanks(
+      1,
+      [](RankContext& ctx) {
+        for (const char* key : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "WEFT_COMM_ID",
+                                "MASTER_ADDR", "MASTER_PORT"}) {
+          unsetenv(key);
+        }
+        weftComm_t comm = nullptr;
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "no launcher");
+        RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "no launcher environment") != nullptr, "%s",
+                   weftGetLastError(nullptr));
+        setenv("RANK", "5", 1);
+        setenv("WORLD_SIZE", "2", 1);
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidArgument, "RANK 5 of 2");
+        RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "RANK") != nullptr, "%s", weftGetLastError(nullptr));
+        setenv("RANK", "0", 1);
+        setenv("WORLD_SIZE", "two", 1);
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidArgument, "WORLD_SIZE two");
+        setenv("WORLD_SIZE", "4", 1);
+        setenv("LOCAL_WORLD_SIZE", "2", 1);  // two hosts, but nobody named the root
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "several hosts, no root");
+        RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "WEFT_COMM_ID") != nullptr, "%s",
+                   weftGetLastError(nullptr));
+        setenv("WEFT_COMM_ID", "no-such-host.invalid:1", 1);
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) != weftSuccess, "unresolvable root");
+        RANK_CHECK(ctx, comm == nullptr, "comm set on failure");
+        return 0;
+      },
+      options);
+  INFO(describeFailures(outcomes));
+  CHECK(outcomes[0].exitCode == 0);
+}

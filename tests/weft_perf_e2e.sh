@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# End-to-end: weft-perf under each launcher, data checked, JSON parsed, usage errors.
+#   weft_perf_e2e.sh BIN_DIR weftrun|mpirun|json|usage
+# Exit 77 (ctest: skipped) when the launcher is not installed.
+set -euo pipefail
+bin=$1
+mode=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/weft-e2e.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+check_table() {  # every row has 0 wrong and the footer is there
+  local out=$1
+  grep -q "^# Avg bus bandwidth" "$out" || { echo "no '# Avg bus bandwidth' line"; cat "$out"; exit 1; }
+  awk '!/^#/ && NF == 13 { if ($9 != 0 || $13 != 0) { print "wrong elements: " $0; bad = 1 } ; rows++ }
+       END { if (!rows) { print "no rows"; bad = 1 } ; exit bad }' "$out"
+}
+
+case $mode in
+  weftrun)
+    for n in 1 2 3; do
+      "$bin/weftrun" -n "$n" --timeout 120 "$bin/weft-perf" -b 8 -e 1M -f 4 -n 3 -w 1 -c 1 -d all -o all \
+        > "$work/out" 2>&1 || { cat "$work/out"; exit 1; }
+      check_table "$work/out"
+    done
+    ;;
+  mpirun)
+    command -v mpirun >/dev/null || { echo "mpirun not installed (Debian: openmpi-bin): skipped"; exit 77; }
+    mpirun --allow-run-as-root --oversubscribe -np 3 "$bin/weft-perf" -b 8 -e 1M -f 8 -n 3 -w 1 -c 1 \
+      > "$work/out" 2>&1 || { cat "$work/out"; exit 1; }
+    check_table "$work/out"
+    ;;
+  json)
+    "$bin/weftrun" -n 2 --timeout 120 "$bin/weft-perf" -b 1K -e 64K -f 4 -n 2 -w 1 -J "$work/rows.json" > /dev/null
+    /usr/bin/python3 - "$work/rows.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["size"] for r in rows] == [1024, 4096, 16384, 65536], rows
+for r in rows:
+    assert r["nranks"] == 2 and r["collective"] == "allreduce" and r["type"] == "float"
+    assert r["oop"]["wrong"] == 0 and r["ip"]["wrong"] == 0 and r["oop"]["busbw"] > 0
+PY
+    ;;
+  usage)
+    for args in "-b" "-b 1X" "-d nosuchtype" "-o nosuchop" "-n 0" "-e 8 -b 1K" "--nosuchflag"; do
+      set +e
+      # shellcheck disable=SC2086
+      RANK=0 WORLD_SIZE=1 "$bin/weft-perf" $args > "$work/out" 2>&1
+      rc=$?
+      set -e
+      if [[ $rc != 2 ]]; then echo "weft-perf $args: exit $rc, want 2"; cat "$work/out"; exit 1; fi
+    done
+    ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac
+echo "weft-perf $mode: ok"
