@@ -62,8 +62,25 @@ TEST_CASE("all-reduce: every dtype x op, odd counts, both placements", "[allredu
   }
 }
 
-TEST_CASE("all-reduce: large messages through both algorithms and the ring pipeline", "[allreduce][multiprocess]") {
-  for (const char* algo : {"ring", "rd"}) {
+TEST_CASE("all-reduce: every dtype x op through each algorithm, several chunks", "[allreduce][multiprocess]") {
+  const std::vector<size_t> counts = {1, 3, 1000, 4099};
+  for (const char* algo : {"ring", "rd", "oneshot"}) {
+    for (int n : {3, 4}) {
+      DYNAMIC_SECTION(algo << " on " << n << " ranks") {
+        setenv("WEFT_ALGO", algo, 1);
+        setenv("WEFT_CHUNK_BYTES", "1K", 1);
+        auto outcomes = runRanks(n, [&](RankContext& ctx) { return allCombinationsBody(ctx, counts); });
+        unsetenv("WEFT_ALGO");
+        unsetenv("WEFT_CHUNK_BYTES");
+        INFO(describeFailures(outcomes));
+        for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("all-reduce: large messages through every algorithm and the ring pipeline", "[allreduce][multiprocess]") {
+  for (const char* algo : {"ring", "rd", "oneshot"}) {
     for (int n : {2, 3, 4}) {
       DYNAMIC_SECTION(algo << " on " << n << " ranks") {
         setenv("WEFT_ALGO", algo, 1);

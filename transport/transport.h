@@ -38,6 +38,11 @@ class Connection {
   virtual bool hasPendingSends() const = 0;
   virtual bool hasPendingRecvs() const = 0;
 
+  // Called before the caller sleeps in poll() on addPollFds(): a transport whose peer wakes it
+  // through shared memory arms its doorbell here, and returns false when there is already
+  // something to do (the caller then does not sleep).
+  virtual bool prepareToSleep() { return true; }
+
   // Descriptors to sleep on when nothing progresses (none: the caller yields instead).
   virtual void addPollFds(std::vector<pollfd>* fds) const = 0;
 

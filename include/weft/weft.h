@@ -84,8 +84,9 @@ typedef struct {
 
 typedef struct weftComm* weftComm_t;
 
-/* A stream: NULL means "complete before returning". Later releases accept GPU streams
- * (cudaStream_t / hipStream_t) and Weft host streams here. */
+/* A stream: NULL means "complete before returning"; a host stream from weftStreamCreate means
+ * "queue it and return at once" (the buffers must stay valid until the stream has finished it).
+ * Later releases accept GPU streams (cudaStream_t / hipStream_t) here too. */
 typedef void* weftStream_t;
 
 /* Communicator configuration. Always start from WEFT_CONFIG_INITIALIZER, then set fields. */
@@ -130,7 +131,8 @@ WEFT_API weftResult_t weftCommDestroy(weftComm_t comm);
 /* Stops everything at once, wakes every waiter, frees the communicator. Safe after a failure. */
 WEFT_API weftResult_t weftCommAbort(weftComm_t comm);
 
-/* weftSuccess, weftInProgress while a non-blocking init runs, or the error that ended it. */
+/* weftSuccess, weftInProgress while a non-blocking init runs, or the error that ended it; after
+ * init, the first error of an operation that ran on a host stream. */
 WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError);
 
 WEFT_API weftResult_t weftCommCount(const weftComm_t comm, int* count);
@@ -142,6 +144,17 @@ WEFT_API const char* weftGetErrorString(weftResult_t result);
 /* The last error's full text: the communicator's when comm is not NULL, otherwise the calling
  * thread's. Valid until the next failing call on that communicator or thread. */
 WEFT_API const char* weftGetLastError(weftComm_t comm);
+
+/* Host streams. Collectives issued on a stream run one after another, in issue order, on the
+ * communicator's progress thread while the caller goes on computing; each waits for the one
+ * before it on the same stream, even on another communicator. */
+WEFT_API weftResult_t weftStreamCreate(weftStream_t* stream);
+/* Work already issued on the stream still runs. */
+WEFT_API weftResult_t weftStreamDestroy(weftStream_t stream);
+/* Waits for everything issued on the stream; returns the first error any of it met. */
+WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream);
+/* weftSuccess when all issued work is done, weftInProgress while some runs, or the first error. */
+WEFT_API weftResult_t weftStreamQuery(weftStream_t stream);
 
 /* Reduces count elements of sendbuff across all ranks into every rank's recvbuff. In place when
  * sendbuff == recvbuff. Buffers are host memory. */

@@ -1,7 +1,9 @@
 // Collective entry points: argument checks, then the communicator.
 #include <cstdint>
+#include <functional>
 
 #include "api/comm_handle.h"
+#include "api/host_stream.h"
 #include "kernels/cpu/reduce.h"
 
 using namespace weft;
@@ -28,8 +30,9 @@ Status checkBuffers(const char* fn, const void* sendbuff, void* recvbuff, size_t
   if (!weft::kernels::isValidDataType(datatype)) {
     return Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, static_cast<int>(datatype)));
   }
-  if (stream != nullptr) {
-    return Status(weftInvalidArgument, formatString("%s: stream must be NULL (host buffers, blocking call)", fn));
+  if (stream != nullptr && !api::lookupStream(stream)) {
+    return Status(weftInvalidArgument,
+                  formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate", fn));
   }
   size_t size = weft::kernels::dataTypeSize(datatype);
   if (count > SIZE_MAX / size) {
@@ -51,6 +54,42 @@ Status checkBuffers(const char* fn, const void* sendbuff, void* recvbuff, size_t
 
 }  // namespace
 
+namespace weft::api {
+
+// Runs a collective in the communicator's issue order: now, on this thread, for the NULL stream
+// (returning its result), or queued on the progress engine for a host stream (returning at once;
+// the outcome goes to the stream, and a failure also to weftCommGetAsyncError).
+weftResult_t issue(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn,
+                   std::function<Status(core::Communicator&)> op) {
+  CommState* cs = state.get();
+  auto run = [state, fn, op = std::move(op)]() -> Status {
+    if (!state->communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
+    core::Communicator& c = *state->communicator;
+    return op(c).withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
+  };
+  if (stream == nullptr) return reportError(cs->engine.runBlocking(run), cs);
+
+  auto hostStream = lookupStream(stream);
+  if (!hostStream) return reportError(Status(weftInvalidArgument, std::string(fn) + ": the stream was destroyed"), cs);
+  uint64_t seq = hostStream->reserve();
+  int timeoutMs = cs->communicator->timeoutMs();
+  Status queued = cs->engine.enqueue([state, hostStream, seq, timeoutMs, run]() {
+    Status status = hostStream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
+    if (status.isOk()) status = run();
+    if (!status.isOk()) {
+      int expected = weftSuccess;
+      state->backgroundError.compare_exchange_strong(expected, status.code());
+      reportError(status, state.get());
+    }
+    hostStream->finish(status);
+    return status;
+  });
+  if (!queued.isOk()) hostStream->finish(queued);
+  return reportError(queued, cs);
+}
+
+}  // namespace weft::api
+
 extern "C" WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                                weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                                weftStream_t stream) {
@@ -63,9 +102,7 @@ extern "C" WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvb
     checked = Status(weftInvalidArgument, formatString("%s: invalid reduction op %d", fn, static_cast<int>(op)));
   }
   if (!checked.isOk()) return api::reportError(checked, cs);
-  std::lock_guard<std::mutex> lock(cs->operationMutex);
-  if (!cs->communicator) return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed"));
-  core::Communicator& c = *cs->communicator;
-  Status done = c.allReduce(sendbuff, recvbuff, count, datatype, op);
-  return api::reportError(done.withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size())), cs);
+  return api::issue(state.take(), stream, fn, [=](core::Communicator& c) {
+    return c.allReduce(sendbuff, recvbuff, count, datatype, op);
+  });
 }

@@ -74,7 +74,7 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
   if (state->initThread.joinable()) state->initThread.join();
-  std::lock_guard<std::mutex> wait(state->operationMutex);
+  state->engine.shutdown();  // queued work runs out (fast, once aborted); nothing new is accepted
   state->communicator.reset();
   return weftSuccess;
 }
@@ -148,7 +148,8 @@ extern "C" WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResu
   if (asyncError == nullptr) return api::reportError(Status(weftInvalidArgument, "weftCommGetAsyncError: asyncError is NULL"));
   auto state = api::lookupComm(comm);
   if (!state) return api::reportError(Status(weftInvalidArgument, "weftCommGetAsyncError: invalid communicator"));
-  *asyncError = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
+  auto init = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
+  *asyncError = init != weftSuccess ? init : static_cast<weftResult_t>(state->backgroundError.load());
   return weftSuccess;
 }
 

@@ -1,8 +1,7 @@
 // Error strings, last-error text and the communicator handle registry.
-#include <mutex>
-#include <unordered_map>
 
 #include "api/comm_handle.h"
+#include "api/handle_registry.h"
 #include "util/log.h"
 
 namespace weft::api {
@@ -10,44 +9,16 @@ namespace {
 
 thread_local std::string threadLastError;
 
-struct Registry {
-  std::mutex mutex;
-  std::unordered_map<uintptr_t, std::shared_ptr<CommState>> comms;
-  uintptr_t nextHandle = 0x57000;
-};
-
-Registry& registry() {
-  static Registry* instance = new Registry;  // never destroyed: handles may outlive static destruction
+HandleRegistry<CommState>& comms() {
+  static auto* instance = new HandleRegistry<CommState>(0x57000);  // never destroyed: handles may outlive statics
   return *instance;
 }
 
 }  // namespace
 
-weftComm_t registerComm(std::shared_ptr<CommState> state) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  uintptr_t handle = r.nextHandle;
-  r.nextHandle += 16;
-  r.comms.emplace(handle, std::move(state));
-  return reinterpret_cast<weftComm_t>(handle);
-}
-
-std::shared_ptr<CommState> lookupComm(weftComm_t comm) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.comms.find(reinterpret_cast<uintptr_t>(comm));
-  return it == r.comms.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<CommState> unregisterComm(weftComm_t comm) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.comms.find(reinterpret_cast<uintptr_t>(comm));
-  if (it == r.comms.end()) return nullptr;
-  auto state = std::move(it->second);
-  r.comms.erase(it);
-  return state;
-}
+weftComm_t registerComm(std::shared_ptr<CommState> state) { return static_cast<weftComm_t>(comms().add(std::move(state))); }
+std::shared_ptr<CommState> lookupComm(weftComm_t comm) { return comms().find(comm); }
+std::shared_ptr<CommState> unregisterComm(weftComm_t comm) { return comms().remove(comm); }
 
 weftResult_t reportError(const Status& status, CommState* state) {
   if (status.isOk()) return weftSuccess;

@@ -1,6 +1,7 @@
 // What a weftComm_t stands for: a registry entry that the API layer looks up on every call.
 // Handles are never reused, so a destroyed or invented handle is an error, not a crash, and a
 // call holds a reference so that an abort from another thread cannot free the state under it.
+// Collectives run through the progress engine, which destroy and abort shut down first.
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "core/communicator.h"
+#include "core/progress_engine.h"
 #include "util/status.h"
 
 namespace weft::api {
@@ -17,8 +19,9 @@ namespace weft::api {
 struct CommState {
   std::atomic<bool> abortFlag{false};
   std::atomic<int> asyncResult{weftInProgress};  // weftResult_t; InProgress while init runs
+  std::atomic<int> backgroundError{weftSuccess};     // first failure of a queued operation
   std::unique_ptr<core::Communicator> communicator;  // set once init succeeded
-  std::mutex operationMutex;  // held by a running collective; destroy and abort wait on it
+  core::ProgressEngine engine;                       // runs the collectives in issue order
   std::thread initThread;                            // non-blocking init
   std::string removeWhenReady;                       // local rendezvous file (rank 0)
   std::mutex lastErrorMutex;

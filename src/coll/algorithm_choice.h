@@ -1,5 +1,6 @@
 // Which all-reduce algorithm runs for a given size, and a cache of built schedules.
-// WEFT_ALGO=ring|rd forces one; WEFT_CHUNK_BYTES sets the ring's pipeline chunk;
+// WEFT_ALGO=ring|rd|oneshot forces one; WEFT_CHUNK_BYTES sets the ring's pipeline chunk;
+// WEFT_ONESHOT_MAX_BYTES bounds the bytes a rank sends in one-shot ((n-1) x message);
 // WEFT_RD_MAX_BYTES sets where recursive doubling hands over to the ring.
 #pragma once
 
@@ -12,7 +13,7 @@
 
 namespace weft::coll {
 
-enum class AllReduceAlgorithm { Ring, RecursiveDoubling };
+enum class AllReduceAlgorithm { Ring, RecursiveDoubling, OneShot };
 const char* algorithmName(AllReduceAlgorithm algorithm);
 
 struct TuningConfig {
@@ -20,6 +21,7 @@ struct TuningConfig {
   size_t chunkBytes = 512 * 1024;
   int slots = 4;
   size_t recursiveDoublingMaxBytes = 64 * 1024;
+  size_t oneShotMaxBytes = 64 * 1024;
 };
 
 Result<TuningConfig> loadTuningConfig();

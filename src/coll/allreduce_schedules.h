@@ -22,4 +22,8 @@ Schedule buildRingAllReduce(const AllReduceShape& shape, size_t chunkBytes, int 
 // answered last: log2(n) + 2 rounds of whole-buffer exchanges, for small messages.
 Schedule buildRecursiveDoublingAllReduce(const AllReduceShape& shape);
 
+// Every rank sends its whole input to every other rank and reduces all n inputs itself, in
+// rank order: one round of n-1 concurrent exchanges, for small messages on few ranks.
+Schedule buildOneShotAllReduce(const AllReduceShape& shape);
+
 }  // namespace weft::coll

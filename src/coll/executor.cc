@@ -171,6 +171,9 @@ class Run {
   }
 
   Status sleepUntilReady() {
+    for (PeerState& peer : peers_) {
+      if (!peer.connection->prepareToSleep()) return Status::ok();  // work arrived meanwhile
+    }
     pollFds_.clear();
     for (const PeerState& peer : peers_) peer.connection->addPollFds(&pollFds_);
     int waitMs = ctx_.deadline.remainingMs(kMaxSleepMs);

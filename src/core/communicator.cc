@@ -14,6 +14,7 @@ Result<CommConfig> defaultCommConfig() {
   WEFT_ASSIGN_OR_RETURN(config.timeoutMs, defaultTimeoutMs());
   WEFT_ASSIGN_OR_RETURN(auto streams, envInt("WEFT_SOCKET_NSTREAMS", 1, 16));
   if (streams) config.streamsPerPeer = static_cast<int>(*streams);
+  WEFT_ASSIGN_OR_RETURN(config.shm, transport::shmOptionsFromEnv());
   return config;
 }
 
@@ -26,7 +27,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                                                            const std::atomic<bool>* abortFlag) {
   WEFT_ASSIGN_OR_RETURN(coll::TuningConfig tuning, coll::loadTuningConfig());
   WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous, joinRendezvous(id, rank, nranks, config.timeoutMs, abortFlag));
-  PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, abortFlag);
+  PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm, abortFlag);
   return std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
 }
 
@@ -52,6 +53,7 @@ Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t coun
   if (!failure_.isOk()) {
     return Status(failure_.code(), "the communicator failed earlier and must be aborted: " + failure_.message());
   }
+  if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
   const size_t elementSize = kernels::dataTypeSize(type);
   const size_t bytes = count * elementSize;
   const coll::AllReduceShape shape{size(), rank(), count, elementSize, sendbuff == recvbuff, op == weftAvg};

@@ -14,9 +14,10 @@ namespace weft::core {
 struct CommConfig {
   int timeoutMs = 300000;
   int streamsPerPeer = 1;
+  transport::ShmOptions shm;
 };
 
-// Reads WEFT_TIMEOUT_MS and WEFT_SOCKET_NSTREAMS into the defaults.
+// Reads WEFT_TIMEOUT_MS, WEFT_SOCKET_NSTREAMS and the shared-memory settings into the defaults.
 Result<CommConfig> defaultCommConfig();
 
 class Communicator {
@@ -27,6 +28,7 @@ class Communicator {
 
   int rank() const { return mesh_.rank(); }
   int size() const { return mesh_.size(); }
+  int timeoutMs() const { return config_.timeoutMs; }
 
   Status allReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t type, weftRedOp_t op);
 

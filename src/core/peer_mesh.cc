@@ -15,12 +15,13 @@ constexpr int kHelloDeadlineMs = 5000;  // an accepted connection must introduce
 }
 
 PeerMesh::PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
-                   const std::atomic<bool>* abortFlag)
+                   const transport::ShmOptions& shm, const std::atomic<bool>* abortFlag)
     : rank_(rank),
       peers_(std::move(rendezvous.peers)),
       listenFd_(std::move(rendezvous.listenFd)),
       secret_(secret),
       streamsPerPeer_(streamsPerPeer),
+      shm_(shm),
       abortFlag_(abortFlag),
       connections_(peers_.size()) {}
 
@@ -34,12 +35,23 @@ Result<transport::Connection*> PeerMesh::connection(int peer, const Deadline& de
   if (peer < 0 || peer >= size() || peer == rank_) {
     return Status(weftInternalError, formatString("no connection from rank %d to rank %d", rank_, peer));
   }
-  auto& slot = connections_[static_cast<size_t>(peer)];
-  if (!slot) {
+  if (!connected_) {
+    WEFT_TRY(connectAll(deadline));
+    connected_ = true;
+  }
+  return connections_[static_cast<size_t>(peer)].get();
+}
+
+// Setting up a pair is a blocking handshake on both sides (shared-memory setup in particular),
+// so pairs are taken in one global order, by (higher rank, lower rank): the earliest pair not
+// yet done always has both of its ranks working on it, so no cycle of waits can form.
+Status PeerMesh::connectAll(const Deadline& deadline) {
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_ || connections_[static_cast<size_t>(peer)]) continue;
     Status made = rank_ < peer ? connectTo(peer, deadline) : acceptFrom(peer, deadline);
     if (!made.isOk()) return made.withContext("connecting to " + describe(peer));
   }
-  return slot.get();
+  return Status::ok();
 }
 
 Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
@@ -51,10 +63,8 @@ Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
     WEFT_TRY(transport::sendAll(fd.get(), &hello, sizeof(hello), deadline, abortFlag_));
     streams.push_back(std::move(fd));
   }
-  connections_[static_cast<size_t>(peer)] =
-      std::make_unique<transport::SocketConnection>(peer, this->peer(peer).hostName, std::move(streams));
   WEFT_TRACE("rank %d connected to %s", rank_, describe(peer).c_str());
-  return Status::ok();
+  return adopt(peer, std::move(streams), deadline);
 }
 
 Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
@@ -64,11 +74,10 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
       bool complete = true;
       for (const auto& fd : it->second) complete = complete && fd.valid();
       if (complete) {
-        connections_[static_cast<size_t>(peer)] =
-            std::make_unique<transport::SocketConnection>(peer, this->peer(peer).hostName, std::move(it->second));
+        std::vector<UniqueFd> streams = std::move(it->second);
         arrived_.erase(it);
         WEFT_TRACE("rank %d accepted %s", rank_, describe(peer).c_str());
-        return Status::ok();
+        return adopt(peer, std::move(streams), deadline);
       }
     }
     Status s = acceptAndSort(deadline);
@@ -77,6 +86,27 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
     }
     WEFT_TRY(s);
   }
+}
+
+Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& deadline) {
+  const PeerInfo& info = this->peer(peer);
+  auto& slot = connections_[static_cast<size_t>(peer)];
+  const bool sameHost = info.hostHash == this->peer(rank_).hostHash;
+  if (sameHost) {
+    // Both sides get here for a pair on one host, so both take part in the setup (a side with
+    // shared memory disabled declines in it).
+    uint64_t secretHash = fnv1a64(secret_.data(), secret_.size());
+    std::string tag = formatString("%08x-%d-%d", static_cast<unsigned>(secretHash), rank_, peer);
+    transport::ShmPeer shmPeer{peer, info.hostName, static_cast<pid_t>(info.pid)};
+    auto shm = transport::establishShm(shmPeer, streams, tag, shm_, deadline, abortFlag_);
+    if (!shm.isOk()) return shm.status().withContext("shared memory with " + describe(peer));
+    slot = shm.take();
+  } else if (shm_.policy == transport::ShmPolicy::Required) {
+    return Status(weftInvalidUsage, "WEFT_TRANSPORT=shm, but " + describe(peer) + " is on another host");
+  }
+  if (!slot) slot = std::make_unique<transport::SocketConnection>(peer, info.hostName, std::move(streams));
+  WEFT_INFO("rank %d: %s connection to %s", rank_, slot->kind(), describe(peer).c_str());
+  return Status::ok();
 }
 
 // Accepts one connection and files it under the peer it proves to be.

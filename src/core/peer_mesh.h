@@ -1,5 +1,5 @@
-// Connections to peers, made on first use. For each pair, the lower rank connects and the
-// higher rank accepts; connections that arrive for another peer wait until asked for, and
+// Connections to every peer, made together on first use. For each pair, the lower rank connects
+// and the higher rank accepts; connections that arrive for another peer wait until asked for, and
 // connections that do not prove the secret are dropped and logged.
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "coll/executor.h"
 #include "core/bootstrap.h"
+#include "transport/shm/shm_setup.h"
 #include "transport/transport.h"
 
 namespace weft::core {
@@ -17,7 +18,7 @@ namespace weft::core {
 class PeerMesh final : public coll::ConnectionProvider {
  public:
   PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
-           const std::atomic<bool>* abortFlag);
+           const transport::ShmOptions& shm, const std::atomic<bool>* abortFlag);
 
   Result<transport::Connection*> connection(int peer, const Deadline& deadline) override;
 
@@ -28,18 +29,23 @@ class PeerMesh final : public coll::ConnectionProvider {
   std::string describe(int rank) const override;
 
  private:
+  Status connectAll(const Deadline& deadline);
   Status connectTo(int peer, const Deadline& deadline);
   Status acceptFrom(int peer, const Deadline& deadline);
   Status acceptAndSort(const Deadline& deadline);
+  // Shared memory for a peer on this host (unless disabled or unavailable), else the streams.
+  Status adopt(int peer, std::vector<transport::UniqueFd> streams, const Deadline& deadline);
 
   int rank_;
   std::vector<PeerInfo> peers_;
   transport::UniqueFd listenFd_;
   Secret secret_;
   int streamsPerPeer_;
+  transport::ShmOptions shm_;
   const std::atomic<bool>* abortFlag_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
-  std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order
+  std::map<int, std::vector<transport::UniqueFd>> arrived_;
+  bool connected_ = false;  // accepted streams by peer, in stream order
 };
 
 }  // namespace weft::core

@@ -1,0 +1,101 @@
+// Host streams and their C API: weftStreamCreate / Destroy / Synchronize / Query.
+#include "api/host_stream.h"
+
+#include "api/comm_handle.h"
+#include "api/handle_registry.h"
+#include "util/env.h"
+
+namespace weft::api {
+namespace {
+
+HandleRegistry<HostStream>& streams() {
+  static auto* instance = new HandleRegistry<HostStream>(0x5e000000);  // never destroyed, like comms()
+  return *instance;
+}
+
+constexpr int kWaitSliceMs = 50;  // how often a waiting operation looks at its abort flag
+
+}  // namespace
+
+weftStream_t registerStream(std::shared_ptr<HostStream> stream) { return streams().add(std::move(stream)); }
+std::shared_ptr<HostStream> lookupStream(weftStream_t stream) { return streams().find(stream); }
+std::shared_ptr<HostStream> unregisterStream(weftStream_t stream) { return streams().remove(stream); }
+
+uint64_t HostStream::reserve() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ++issued_;
+}
+
+void HostStream::finish(const Status& status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++finishedCount_;
+  if (!status.isOk() && firstError_.isOk()) firstError_ = status;
+  finished_.notify_all();
+}
+
+Status HostStream::waitForPredecessors(uint64_t seq, const Deadline& deadline, const std::atomic<bool>* abortFlag) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (finishedCount_ + 1 < seq) {
+    if (abortFlag != nullptr && abortFlag->load()) return Status(weftRemoteError, "the communicator was aborted");
+    if (deadline.expired()) {
+      return Status(weftTimeout, "timed out waiting for the stream's earlier operations (on another communicator?)");
+    }
+    finished_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(kWaitSliceMs)));
+  }
+  return Status::ok();
+}
+
+Status HostStream::synchronize(int idleTimeoutMs) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (finishedCount_ != issued_) {
+    uint64_t before = finishedCount_;
+    finished_.wait_for(lock, std::chrono::milliseconds(idleTimeoutMs), [&] { return finishedCount_ != before; });
+    if (finishedCount_ == before) {
+      return Status(weftTimeout, formatString("%llu operation(s) made no progress in %d ms",
+                                              static_cast<unsigned long long>(issued_ - finishedCount_), idleTimeoutMs));
+    }
+  }
+  return firstError_;
+}
+
+Status HostStream::query() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!firstError_.isOk()) return firstError_;
+  if (finishedCount_ != issued_) return Status(weftInProgress, "the stream has work in flight");
+  return Status::ok();
+}
+
+}  // namespace weft::api
+
+using namespace weft;
+
+extern "C" WEFT_API weftResult_t weftStreamCreate(weftStream_t* stream) {
+  if (stream == nullptr) return api::reportError(Status(weftInvalidArgument, "weftStreamCreate: stream is NULL"));
+  *stream = api::registerStream(std::make_shared<api::HostStream>());
+  return weftSuccess;
+}
+
+extern "C" WEFT_API weftResult_t weftStreamDestroy(weftStream_t stream) {
+  // Work already issued still runs; the stream's state lives until it has.
+  if (!api::unregisterStream(stream)) {
+    return api::reportError(Status(weftInvalidArgument, "weftStreamDestroy: not a stream made by weftStreamCreate"));
+  }
+  return weftSuccess;
+}
+
+extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
+  auto s = api::lookupStream(stream);
+  if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamSynchronize: not a stream made by weftStreamCreate"));
+  auto timeout = defaultTimeoutMs();
+  if (!timeout.isOk()) return api::reportError(timeout.status());
+  // Each queued operation is bounded by its communicator's timeout; this wait is a backstop.
+  return api::reportError(s->synchronize(timeout.value()).withContext("weftStreamSynchronize"));
+}
+
+extern "C" WEFT_API weftResult_t weftStreamQuery(weftStream_t stream) {
+  auto s = api::lookupStream(stream);
+  if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamQuery: not a stream made by weftStreamCreate"));
+  Status status = s->query();
+  if (status.code() == weftInProgress) return weftInProgress;
+  return api::reportError(status.withContext("weftStreamQuery"));
+}

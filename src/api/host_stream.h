@@ -1,0 +1,44 @@
+// Host streams: what a weftStream_t made by weftStreamCreate stands for. A stream orders the
+// operations issued on it, across communicators: each waits for the one before it on the same
+// stream to finish. Its first error is kept and returned by weftStreamSynchronize/Query.
+// Handles are looked up in a registry, so an invented or destroyed stream is an error.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "util/deadline.h"
+#include "util/status.h"
+#include "weft/weft.h"
+
+namespace weft::api {
+
+class HostStream {
+ public:
+  // Takes the next place on the stream; returns its sequence number (1, 2, ...).
+  uint64_t reserve();
+  // Records that operation `seq` ended with `status`.
+  void finish(const Status& status);
+  // Waits until the operations before `seq` have finished, or the deadline / abort.
+  Status waitForPredecessors(uint64_t seq, const Deadline& deadline, const std::atomic<bool>* abortFlag);
+  // Waits until everything issued so far has finished (weftTimeout if none finishes for
+  // idleTimeoutMs); returns the first error, if any.
+  Status synchronize(int idleTimeoutMs);
+  // weftSuccess when idle with no error, weftInProgress while work is pending, else the error.
+  Status query();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable finished_;
+  uint64_t issued_ = 0;
+  uint64_t finishedCount_ = 0;
+  Status firstError_;
+};
+
+weftStream_t registerStream(std::shared_ptr<HostStream> stream);
+std::shared_ptr<HostStream> lookupStream(weftStream_t stream);
+std::shared_ptr<HostStream> unregisterStream(weftStream_t stream);
+
+}  // namespace weft::api

@@ -1,0 +1,83 @@
+#include "core/progress_engine.h"
+
+#include <future>
+#include <system_error>
+
+namespace weft::core {
+
+Status ProgressEngine::runBlocking(Task task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!busy_ && queue_.empty()) {
+    busy_ = true;
+    lock.unlock();
+    Status status = task();
+    lock.lock();
+    busy_ = false;
+    changed_.notify_all();
+    return status;
+  }
+  // Something is queued or running: take a place in the queue and wait for the worker. The
+  // wait needs no deadline of its own: every task ahead of this one is bounded by its own.
+  WEFT_TRY(ensureWorker());
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  queue_.push_back([task = std::move(task), done]() {
+    Status status = task();
+    done->set_value(status);
+    return Status::ok();  // reported to the blocking caller, not as a background failure
+  });
+  changed_.notify_all();
+  lock.unlock();
+  return result.get();
+}
+
+Status ProgressEngine::enqueue(Task task) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  WEFT_TRY(ensureWorker());
+  queue_.push_back(std::move(task));
+  changed_.notify_all();
+  return Status::ok();
+}
+
+Status ProgressEngine::ensureWorker() {
+  if (stopping_) return Status(weftInvalidUsage, "the communicator is being destroyed");
+  if (worker_.joinable()) return Status::ok();
+  try {
+    worker_ = std::thread([this] { workerLoop(); });
+  } catch (const std::system_error& e) {
+    return Status(weftSystemError, std::string("cannot start the progress thread: ") + e.what());
+  }
+  return Status::ok();
+}
+
+void ProgressEngine::workerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return (!busy_ && !queue_.empty()) || (stopping_ && queue_.empty() && !busy_); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    (void)task();
+    lock.lock();
+    busy_ = false;
+    changed_.notify_all();
+  }
+}
+
+void ProgressEngine::shutdown() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopping_ = true;
+    changed_.notify_all();
+    if (!worker_.joinable()) {
+      // No worker: wait only for a blocking caller that is still running.
+      changed_.wait(lock, [&] { return !busy_; });
+      return;
+    }
+  }
+  worker_.join();
+}
+
+}  // namespace weft::core

@@ -1,0 +1,148 @@
+// Host streams: collectives queued on a stream return at once and complete in order on the
+// communicator's progress thread; blocking calls keep the communicator's issue order; errors
+// reach weftStreamSynchronize and weftCommGetAsyncError. Ranks are real processes.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "multiprocess.h"
+
+using namespace weft::test;
+
+namespace {
+
+weftComm_t init(RankContext& ctx, const weftUniqueId& id, int timeoutMs = 30000) {
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  config.timeoutMs = timeoutMs;
+  weftComm_t comm = nullptr;
+  RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, id, ctx.rank, &config));
+  return comm;
+}
+
+// A second id for a second communicator, made by rank 0 and shared through the first.
+weftUniqueId secondId(RankContext& ctx, weftComm_t comm) {
+  weftUniqueId id{};
+  if (ctx.rank == 0) RANK_WEFT(ctx, weftGetUniqueId(&id));
+  RANK_WEFT(ctx, weftAllReduce(&id, &id, sizeof(id), weftUint8, weftMax, comm, nullptr));
+  return id;
+}
+
+void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+}  // namespace
+
+TEST_CASE("host streams: a queued collective returns before its peers have joined", "[streams][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = init(ctx, ctx.id);
+    if (comm == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    std::vector<float> v(1 << 16, static_cast<float>(ctx.rank + 1));
+    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, stream));
+    if (ctx.rank == 0) {
+      // Rank 1 is still asleep, so the collective cannot have finished: the call was asynchronous.
+      RANK_CHECK(ctx, weftStreamQuery(stream) == weftInProgress, "the stream was already idle");
+    }
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, weftStreamQuery(stream) == weftSuccess, "idle stream not reported done");
+    RANK_CHECK(ctx, v.front() == 3 && v.back() == 3, "sum %g %g", v.front(), v.back());
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("host streams: operations complete in order, across communicators and with blocking calls",
+          "[streams][multiprocess]") {
+  expectAllPassed(runRanks(3, [](RankContext& ctx) {
+    weftComm_t a = init(ctx, ctx.id);
+    if (a == nullptr) return 1;
+    weftComm_t b = init(ctx, secondId(ctx, a));
+    if (b == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    // Each step reads the previous step's output, so any reordering changes the result.
+    std::vector<int64_t> x(1000, ctx.rank + 1), y(1000), z(1000);
+    if (ctx.rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    RANK_WEFT(ctx, weftAllReduce(x.data(), y.data(), x.size(), weftInt64, weftSum, a, stream));  // y = 6
+    RANK_WEFT(ctx, weftAllReduce(y.data(), z.data(), y.size(), weftInt64, weftSum, b, stream));  // z = 18 (other comm)
+    RANK_WEFT(ctx, weftAllReduce(z.data(), z.data(), z.size(), weftInt64, weftProd, a, stream));  // z = 18^3
+    // A blocking call on `a` runs after everything issued on `a` before it.
+    RANK_WEFT(ctx, weftAllReduce(z.data(), x.data(), z.size(), weftInt64, weftMax, a, nullptr));
+    RANK_CHECK(ctx, x[0] == 18 * 18 * 18 && x[999] == 18 * 18 * 18, "x %ld", static_cast<long>(x[0]));
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, y[0] == 6 && z[0] == 18 * 18 * 18, "y %ld z %ld", static_cast<long>(y[0]), static_cast<long>(z[0]));
+    // Many back-to-back queued calls on two streams.
+    weftStream_t other = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&other));
+    std::vector<std::vector<int32_t>> bufs(64, std::vector<int32_t>(257));
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      std::fill(bufs[i].begin(), bufs[i].end(), static_cast<int32_t>(i) + ctx.rank);
+      RANK_WEFT(ctx, weftAllReduce(bufs[i].data(), bufs[i].data(), bufs[i].size(), weftInt32, weftSum,
+                                   i % 2 ? a : b, i % 3 ? stream : other));
+    }
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_WEFT(ctx, weftStreamSynchronize(other));
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      RANK_CHECK(ctx, bufs[i][256] == 3 * static_cast<int32_t>(i) + 3, "buffer %zu: %d", i, bufs[i][256]);
+    }
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftStreamDestroy(other));
+    RANK_WEFT(ctx, weftCommDestroy(b));
+    RANK_WEFT(ctx, weftCommDestroy(a));
+    return 0;
+  }));
+}
+
+TEST_CASE("host streams: errors reach the stream and the communicator", "[streams][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = init(ctx, ctx.id, 3000);
+    if (comm == nullptr) return 1;
+    float x[4] = {1, 2, 3, 4};
+    int invented = 0;
+    RANK_CHECK(ctx, weftAllReduce(x, x, 4, weftFloat32, weftSum, comm, &invented) == weftInvalidArgument,
+               "an invented stream was accepted");
+    RANK_CHECK(ctx, weftStreamSynchronize(&invented) == weftInvalidArgument, "synchronize on an invented stream");
+    RANK_CHECK(ctx, weftStreamCreate(nullptr) == weftInvalidArgument, "create into NULL");
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    // Mismatched counts: the queued collective fails on both ranks, within the timeout.
+    std::vector<float> v(ctx.rank == 0 ? 100 : 200, 1.0f);
+    RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, stream));
+    weftResult_t rc = weftStreamSynchronize(stream);
+    RANK_CHECK(ctx, rc != weftSuccess && rc != weftInProgress, "synchronize returned %d", rc);
+    RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "weftAllReduce") != nullptr, "text: %s",
+               weftGetLastError(nullptr));
+    weftResult_t async = weftSuccess;
+    RANK_WEFT(ctx, weftCommGetAsyncError(comm, &async));
+    RANK_CHECK(ctx, async == rc, "async error %d, stream error %d", async, rc);
+    RANK_CHECK(ctx, weftStreamQuery(stream) == rc, "query does not keep the error");
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_CHECK(ctx, weftStreamDestroy(stream) == weftInvalidArgument, "double destroy");
+    RANK_WEFT(ctx, weftCommAbort(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("host streams: destroy lets queued work finish", "[streams][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = init(ctx, ctx.id);
+    if (comm == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    std::vector<std::vector<double>> bufs(16, std::vector<double>(4096, 1.0));
+    for (auto& b : bufs) RANK_WEFT(ctx, weftAllReduce(b.data(), b.data(), b.size(), weftFloat64, weftSum, comm, stream));
+    RANK_WEFT(ctx, weftCommDestroy(comm));  // returns once the queue has run out
+    RANK_CHECK(ctx, weftStreamQuery(stream) == weftSuccess, "work left on the stream after destroy");
+    for (auto& b : bufs) RANK_CHECK(ctx, b[4095] == 2.0, "value %g", b[4095]);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    return 0;
+  }));
+}

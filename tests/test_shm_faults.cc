@@ -1,0 +1,103 @@
+// Shared memory under faults: a rank killed with SIGKILL in the middle of a large all-reduce
+// gives every survivor an error within the timeout, and leaves no segment of the job in
+// /dev/shm. Ranks are real processes on the shared-memory transport.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/unique_id.h"
+#include "multiprocess.h"
+#include "util/status.h"
+
+using namespace weft;
+using namespace weft::test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The /dev/shm names of the job with this id start with this (see PeerMesh::adopt).
+std::string segmentPrefix(const weftUniqueId& id) {
+  auto contents = core::decodeUniqueId(id);
+  uint64_t hash = core::fnv1a64(contents.value().secret.data(), contents.value().secret.size());
+  return formatString("weft-%08x-", static_cast<unsigned>(hash));
+}
+
+std::vector<std::string> segmentsOf(const std::string& prefix) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    std::string name = entry.path().filename();
+    if (name.rfind(prefix, 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/shm is clean", "[shm][faults]") {
+  constexpr int kTimeoutMs = 4000;
+  setenv("WEFT_TRANSPORT", "shm", 1);
+  auto outcomes = runRanks(3, [&](RankContext& ctx) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = kTimeoutMs;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    std::vector<float> v(16 << 20, 1.0f);  // 64 MiB: each call takes a while
+    RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr));
+    if (ctx.rank == 2) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        raise(SIGKILL);
+      }).detach();
+    }
+    auto killedAround = Clock::now() + std::chrono::milliseconds(30);
+    weftResult_t rc = weftSuccess;
+    for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
+      rc = weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr);
+    }
+    double seconds = std::chrono::duration<double>(Clock::now() - killedAround).count();
+    RANK_CHECK(ctx, rc == weftRemoteError || rc == weftSystemError || rc == weftTimeout, "rc %d", rc);
+    RANK_CHECK(ctx, seconds < 2.0 * kTimeoutMs / 1000, "error came %.2f s after the kill", seconds);
+    std::printf("rank %d: error %.3f s after the kill: %s\n", ctx.rank, seconds, weftGetLastError(comm));
+    RANK_WEFT(ctx, weftCommAbort(comm));
+    auto left = segmentsOf(segmentPrefix(ctx.id));
+    RANK_CHECK(ctx, left.empty(), "%zu segment(s) of the job left in /dev/shm", left.size());
+    return 0;
+  });
+  unsetenv("WEFT_TRANSPORT");
+  REQUIRE(outcomes.size() == 3);
+  CHECK(outcomes[2].signal == SIGKILL);
+  for (int r : {0, 1}) {
+    INFO("rank " << r << ": " << outcomes[static_cast<size_t>(r)].output);
+    CHECK(outcomes[static_cast<size_t>(r)].exitCode == 0);
+  }
+}
+
+TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
+  setenv("WEFT_TRANSPORT", "shm", 1);
+  auto outcomes = runRanks(4, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    float x = 1;
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));  // connects every pair
+    // Every peer has mapped every segment by now, so none of the job's names is left.
+    auto left = segmentsOf(segmentPrefix(ctx.id));
+    RANK_CHECK(ctx, left.empty(), "%zu segment(s) still named in /dev/shm, e.g. %s", left.size(),
+               left.empty() ? "" : left[0].c_str());
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, x == 16, "sum %g", x);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_TRANSPORT");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}

@@ -1,0 +1,217 @@
+#include "transport/shm/shm_connection.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace weft::transport {
+
+using shm::SlotHeader;
+using shm::SlotKind;
+
+ShmConnection::ShmConnection(ShmConnectionParams params) : p_(std::move(params)) {}
+
+Status ShmConnection::postSend(const void* data, size_t bytes, RequestId* id) {
+  PendingSend send{static_cast<const char*>(data), bytes};
+  send.remote = bytes >= p_.remoteReadMinBytes;
+  sends_.push_back(send);
+  *id = sendsPosted_++;
+  return Status::ok();
+}
+
+Status ShmConnection::postRecv(void* data, size_t bytes, RequestId* id) {
+  recvs_.push_back(PendingRecv{static_cast<char*>(data), bytes});
+  *id = recvsPosted_++;
+  return Status::ok();
+}
+
+Status ShmConnection::peerGone() const {
+  return Status(weftRemoteError, formatString("lost the connection to rank %d (%s, pid %d): it closed its end",
+                                              p_.peerRank, p_.peerName.c_str(), static_cast<int>(p_.peerPid)));
+}
+
+void ShmConnection::ringDoorbell(std::atomic<uint32_t>& sleeping) {
+  // Pairs with the fence in prepareToSleep(): either the sleeper sees our update before it
+  // sleeps, or we see its flag here and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_relaxed) != 0 && sleeping.exchange(0) != 0) {
+    char bell = 1;
+    (void)::send(p_.control.get(), &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+Status ShmConnection::drainControl() {
+  char bells[64];
+  for (;;) {
+    ssize_t n = ::recv(p_.control.get(), bells, sizeof(bells), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0 || errno == ECONNRESET || errno == EPIPE) {
+      peerClosed_ = true;
+      return Status::ok();
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
+    if (errno == EINTR) continue;
+    return Status(weftSystemError, formatString("control socket to rank %d: %s", p_.peerRank, errnoString(errno).c_str()));
+  }
+}
+
+Status ShmConnection::progressSends(bool* progressed) {
+  const uint32_t slots = p_.out.slotCount;
+  bool published = false;
+  for (PendingSend& s : sends_) {
+    while (!(s.started && s.published == s.bytes)) {
+      uint64_t tail = p_.out.control->tail.load(std::memory_order_acquire);
+      if (outHead_ - tail >= slots) goto ringFull;
+      SlotHeader* h = p_.out.header(outHead_);
+      h->messageBytes = s.bytes;
+      h->remoteAddress = 0;
+      if (s.remote) {
+        h->kind = SlotKind::Remote;
+        h->pieceBytes = s.bytes;
+        h->remoteAddress = reinterpret_cast<uint64_t>(s.data);
+        s.published = s.bytes;
+      } else {
+        size_t piece = std::min<size_t>(p_.out.slotBytes, s.bytes - s.published);
+        std::memcpy(p_.out.payload(outHead_), s.data + s.published, piece);
+        h->kind = SlotKind::Data;
+        h->pieceBytes = piece;
+        s.published += piece;
+      }
+      s.started = true;
+      p_.out.control->head.store(++outHead_, std::memory_order_release);
+      if (s.remote) s.doneAtTail = outHead_;
+      published = true;
+    }
+  }
+ringFull:
+  if (published) {
+    *progressed = true;
+    ringDoorbell(p_.out.control->receiverSleeping);
+  }
+  // Sends complete in order: a copied message once it is all in the ring, a remote one once
+  // the receiver has released its slot (it has read our buffer by then).
+  uint64_t tail = p_.out.control->tail.load(std::memory_order_acquire);
+  while (!sends_.empty()) {
+    const PendingSend& f = sends_.front();
+    if (!(f.started && f.published == f.bytes) || (f.remote && tail < f.doneAtTail)) break;
+    sends_.pop_front();
+    ++sendsCompleted_;
+    *progressed = true;
+  }
+  return Status::ok();
+}
+
+// Reads `bytes` at `remote` in the peer's address space into `local`.
+static Status readRemote(pid_t pid, int peerRank, char* local, uint64_t remote, size_t bytes) {
+  while (bytes > 0) {
+    iovec l{local, bytes};
+    iovec r{reinterpret_cast<void*>(remote), bytes};
+    ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      weftResult_t code = (n == 0 || errno == ESRCH || errno == EFAULT) ? weftRemoteError : weftSystemError;
+      return Status(code, formatString("reading rank %d's buffer (pid %d) with process_vm_readv: %s", peerRank,
+                                       static_cast<int>(pid), n == 0 ? "no progress" : errnoString(errno).c_str()));
+    }
+    local += n;
+    remote += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
+  // Read the header once: the peer could change shared memory under us.
+  const SlotHeader h = *p_.in.header(index);
+  if (h.messageBytes != r.bytes) {
+    return Status(weftInvalidUsage,
+                  formatString("message size mismatch with rank %d (%s): expected %zu bytes, the peer sent %llu (do "
+                               "all ranks call the same collectives with the same counts?)",
+                               p_.peerRank, p_.peerName.c_str(), r.bytes,
+                               static_cast<unsigned long long>(h.messageBytes)));
+  }
+  const size_t left = r.bytes - r.received;
+  if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left) {
+    std::memcpy(r.data + r.received, p_.in.payload(index), h.pieceBytes);
+  } else if (h.kind == SlotKind::Remote && !r.started && h.pieceBytes == r.bytes) {
+    WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, r.data, h.remoteAddress, r.bytes));
+  } else {
+    return Status(weftRemoteError, formatString("rank %d (%s) wrote a corrupt shared-memory slot", p_.peerRank,
+                                                p_.peerName.c_str()));
+  }
+  r.received += h.pieceBytes;
+  r.started = true;
+  return Status::ok();
+}
+
+Status ShmConnection::progressRecvs(bool* progressed) {
+  bool released = false;
+  while (!recvs_.empty()) {
+    uint64_t head = p_.in.control->head.load(std::memory_order_acquire);
+    if (inTail_ == head) break;
+    PendingRecv& r = recvs_.front();
+    WEFT_TRY(consumeSlot(r, inTail_));
+    p_.in.control->tail.store(++inTail_, std::memory_order_release);
+    released = true;
+    if (r.received == r.bytes) {
+      recvs_.pop_front();
+      ++recvsCompleted_;
+    }
+  }
+  if (released) {
+    *progressed = true;
+    ringDoorbell(p_.in.control->senderSleeping);
+  }
+  return Status::ok();
+}
+
+Status ShmConnection::progress(bool* progressed) {
+  if (checkControl_) {
+    checkControl_ = false;
+    WEFT_TRY(drainControl());
+  }
+  bool moved = false;
+  WEFT_TRY(progressSends(&moved));
+  WEFT_TRY(progressRecvs(&moved));
+  if (moved) *progressed = true;
+  // A peer that closed its end can still have left data in the ring: only once nothing moves
+  // is its absence an error.
+  if (peerClosed_ && !moved && (!sends_.empty() || !recvs_.empty())) return peerGone();
+  return Status::ok();
+}
+
+bool ShmConnection::prepareToSleep() {
+  bool sleep = true;
+  if (!recvs_.empty()) {
+    auto& flag = p_.in.control->receiverSleeping;
+    flag.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (p_.in.control->head.load(std::memory_order_relaxed) != inTail_) {
+      flag.store(0, std::memory_order_relaxed);
+      sleep = false;
+    }
+  }
+  if (!sends_.empty()) {
+    auto& flag = p_.out.control->senderSleeping;
+    flag.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    uint64_t tail = p_.out.control->tail.load(std::memory_order_relaxed);
+    const PendingSend& f = sends_.front();
+    bool unpublished = std::any_of(sends_.begin(), sends_.end(),
+                                   [](const PendingSend& s) { return !(s.started && s.published == s.bytes); });
+    bool canMove = (unpublished && outHead_ - tail < p_.out.slotCount) || (f.remote && f.started && tail >= f.doneAtTail);
+    if (canMove) {
+      flag.store(0, std::memory_order_relaxed);
+      sleep = false;
+    }
+  }
+  if (sleep) checkControl_ = true;  // poll() may wake for a doorbell or the peer's EOF
+  return sleep;
+}
+
+void ShmConnection::addPollFds(std::vector<pollfd>* fds) const { fds->push_back({p_.control.get(), POLLIN, 0}); }
+
+}  // namespace weft::transport

@@ -1,0 +1,81 @@
+// A Connection to a peer on the same host through two shared-memory rings (one per direction,
+// each created by its sender) plus the TCP socket the pair was set up over, which stays open as
+// the control channel: its doorbell bytes wake a side sleeping in poll(), and its EOF tells that
+// the peer is gone. Made by establishShm() (shm_setup.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <deque>
+#include <string>
+
+#include "transport/shm/shm_ring.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/socket/socket_util.h"
+#include "transport/transport.h"
+
+namespace weft::transport {
+
+struct ShmConnectionParams {
+  int peerRank = -1;
+  std::string peerName;
+  pid_t peerPid = 0;
+  UniqueFd control;
+  ShmSegment outbound;  // created here, written by this side
+  ShmSegment inbound;   // created by the peer, read by this side
+  shm::RingView out;
+  shm::RingView in;
+  size_t remoteReadMinBytes = SIZE_MAX;  // messages this large go by process_vm_readv (SIZE_MAX: never)
+};
+
+class ShmConnection final : public Connection {
+ public:
+  explicit ShmConnection(ShmConnectionParams params);
+
+  Status postSend(const void* data, size_t bytes, RequestId* id) override;
+  Status postRecv(void* data, size_t bytes, RequestId* id) override;
+  Status progress(bool* progressed) override;
+  RequestId completedSends() const override { return sendsCompleted_; }
+  RequestId completedRecvs() const override { return recvsCompleted_; }
+  bool hasPendingSends() const override { return !sends_.empty(); }
+  bool hasPendingRecvs() const override { return !recvs_.empty(); }
+  bool prepareToSleep() override;
+  void addPollFds(std::vector<pollfd>* fds) const override;
+  int peerRank() const override { return p_.peerRank; }
+  const char* kind() const override { return "shm"; }
+
+ private:
+  struct PendingSend {
+    const char* data;
+    size_t bytes;
+    size_t published = 0;     // bytes handed to the ring
+    bool started = false;     // at least one slot written (zero-byte messages take one)
+    bool remote = false;      // goes by process_vm_readv
+    uint64_t doneAtTail = 0;  // remote: complete once the receiver released this slot
+  };
+  struct PendingRecv {
+    char* data;
+    size_t bytes;
+    size_t received = 0;
+    bool started = false;
+  };
+
+  Status progressSends(bool* progressed);
+  Status progressRecvs(bool* progressed);
+  Status consumeSlot(PendingRecv& recv, uint64_t index);
+  Status drainControl();
+  void ringDoorbell(std::atomic<uint32_t>& sleeping);
+  Status peerGone() const;
+
+  ShmConnectionParams p_;
+  std::deque<PendingSend> sends_;
+  std::deque<PendingRecv> recvs_;
+  RequestId sendsPosted_ = 0, sendsCompleted_ = 0;
+  RequestId recvsPosted_ = 0, recvsCompleted_ = 0;
+  uint64_t outHead_ = 0;  // our copy of out.head (we are its only writer)
+  uint64_t inTail_ = 0;   // our copy of in.tail (we are its only writer)
+  bool checkControl_ = false;
+  bool peerClosed_ = false;
+};
+
+}  // namespace weft::transport

@@ -1,0 +1,98 @@
+#include "transport/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "transport/socket/socket_util.h"
+
+namespace weft::transport {
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    name_ = std::move(other.name_);
+    linked_ = std::exchange(other.linked_, false);
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() { release(); }
+
+void ShmSegment::release() {
+  unlink();
+  if (data_ != nullptr) ::munmap(data_, bytes_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+void ShmSegment::unlink() {
+  if (linked_) ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+size_t shmFreeBytes() {
+  struct statvfs fs{};
+  if (::statvfs("/dev/shm", &fs) != 0) return 0;
+  return static_cast<size_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
+  uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) {
+    return Status(weftSystemError, "getrandom: " + errnoString(errno));
+  }
+  ShmSegment segment;
+  segment.name_ = formatString("/weft-%s-%016llx", tag.c_str(), static_cast<unsigned long long>(nonce));
+  UniqueFd fd(::shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    return Status(weftSystemError, "cannot create shared memory " + segment.name_ + ": " + errnoString(errno));
+  }
+  segment.linked_ = true;
+  // Reserve every page now: on a full tmpfs this fails with ENOSPC instead of the first touch
+  // of an unbacked page killing the process with SIGBUS.
+  int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    return Status(weftSystemError,
+                  formatString("cannot reserve %zu bytes of shared memory in /dev/shm (%zu free): %s", bytes,
+                               shmFreeBytes(), errnoString(err).c_str()));
+  }
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) return Status(weftSystemError, "mmap of " + segment.name_ + ": " + errnoString(errno));
+  segment.data_ = data;
+  segment.bytes_ = bytes;
+  return segment;
+}
+
+Result<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes) {
+  if (name.size() < 7 || name.compare(0, 6, "/weft-") != 0 || name.find('/', 1) != std::string::npos) {
+    return Status(weftRemoteError, "the peer named an invalid shared-memory segment");
+  }
+  UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0));
+  if (!fd.valid()) return Status(weftSystemError, "cannot open shared memory " + name + ": " + errnoString(errno));
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) return Status(weftSystemError, "fstat of " + name + ": " + errnoString(errno));
+  if (st.st_uid != ::geteuid() || (st.st_mode & 0777) != 0600 || static_cast<size_t>(st.st_size) != bytes) {
+    return Status(weftRemoteError,
+                  formatString("shared memory %s is not the peer's private segment (owner %u, mode %o, %lld bytes)",
+                               name.c_str(), st.st_uid, st.st_mode & 0777, static_cast<long long>(st.st_size)));
+  }
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) return Status(weftSystemError, "mmap of " + name + ": " + errnoString(errno));
+  ShmSegment segment;
+  segment.name_ = name;
+  segment.data_ = data;
+  segment.bytes_ = bytes;
+  segment.linked_ = true;  // mapped now: the name can go
+  segment.unlink();
+  return segment;
+}
+
+}  // namespace weft::transport

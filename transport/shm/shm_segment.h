@@ -1,0 +1,48 @@
+// A POSIX shared-memory segment private to one job: created 0600 with O_EXCL under a name
+// that carries a hash of the job secret and a random nonce, its pages reserved up front (so a
+// full /dev/shm is an error at setup, never a SIGBUS later), and unlinked as soon as the peer
+// has mapped it, so that nothing is left in /dev/shm whatever happens to the processes after.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "util/status.h"
+
+namespace weft::transport {
+
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& other) noexcept { *this = std::move(other); }
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();
+
+  // Creates and maps a new segment of `bytes` named "/weft-<tag>-<nonce>". ENOSPC (a small
+  // /dev/shm) is weftSystemError with the size that was needed.
+  static Result<ShmSegment> create(const std::string& tag, size_t bytes);
+  // Maps the segment a peer created; it must be this user's, mode 0600, and exactly `bytes`.
+  static Result<ShmSegment> open(const std::string& name, size_t bytes);
+
+  // Removes the name (the mapping stays). Idempotent; a name already gone is fine.
+  void unlink();
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void release();
+
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::string name_;
+  bool linked_ = false;
+};
+
+// Free bytes on the file system behind /dev/shm, or 0 when it cannot be read.
+size_t shmFreeBytes();
+
+}  // namespace weft::transport
