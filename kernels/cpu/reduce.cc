@@ -1,226 +1,137 @@
-// Each (type, op) pair gets its own simple counted loop, chosen by one switch per call, so that
-// the loops over native types vectorize. Narrow float types load into float, compute, and round
-// back to nearest even per element.
-//
-// Semantics:
-//  - Integer Sum and Prod wrap modulo 2^bits, signed types included (computed as unsigned).
-//  - Float Max and Min propagate NaN: if either input is NaN the result is NaN (unlike fmax,
-//    which drops it), so a NaN on any rank is never hidden by the reduction. Which of +0 and
-//    -0 they return for a pair of zeros is unspecified.
-//  - An invalid type or op, or divisor 0, does nothing: callers validate their arguments, and
-//    these functions stay defined behaviour if one slips through.
+// reduce() and divide() dispatch to the best implementation this CPU supports (reduce_impl.h),
+// chosen once on first use; WEFT_CPU_ISA overrides the choice (isa.h). Every implementation
+// follows the semantics documented in reduce.h and reduce_scalar.cc bit for bit.
 #include "kernels/cpu/reduce.h"
 
-#include <cstdint>
-#include <type_traits>
+#include <cstdlib>
+#include <iterator>
+#include <cstring>
 
-#include "kernels/cpu/float_formats.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/reduce_impl.h"
 
 namespace weft::kernels {
 namespace {
 
-// How one type is stored in memory and the type its arithmetic is done in.
-template <typename T>
-struct NativeElement {
-  using Storage = T;
-  using Compute = T;
-  static T load(T value) { return value; }
-  static T store(T value) { return value; }
-};
-
-template <typename T, float (*ToFloat)(T), T (*FromFloat)(float)>
-struct NarrowFloatElement {
-  using Storage = T;
-  using Compute = float;
-  static float load(T value) { return ToFloat(value); }
-  static T store(float value) { return FromFloat(value); }
-};
-
-using HalfElement = NarrowFloatElement<uint16_t, halfToFloat, floatToHalf>;
-using Bf16Element = NarrowFloatElement<uint16_t, bf16ToFloat, floatToBf16>;
-using Fp8E4M3Element = NarrowFloatElement<uint8_t, fp8e4m3ToFloat, floatToFp8e4m3>;
-using Fp8E5M2Element = NarrowFloatElement<uint8_t, fp8e5m2ToFloat, floatToFp8e5m2>;
-
-// Integer arithmetic in at least unsigned int, so that it wraps instead of overflowing (small
-// types would otherwise promote to int, where e.g. a product can overflow).
-template <typename T>
-using WrappingInt = decltype(std::make_unsigned_t<T>{} + 0u);
-
-struct SumOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return static_cast<T>(static_cast<WrappingInt<T>>(a) + static_cast<WrappingInt<T>>(b));
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct ProdOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return static_cast<T>(static_cast<WrappingInt<T>>(a) * static_cast<WrappingInt<T>>(b));
-    } else {
-      return a * b;
-    }
-  }
-};
-
-// Written as comparisons, not std::isnan, so that the loops vectorize.
-template <typename T>
-bool isNan(T value) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return value != value;
-  } else {
-    return false;
-  }
-}
-
-struct MaxOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    return (a > b || isNan(a)) ? a : b;
-  }
-};
-
-struct MinOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    return (a < b || isNan(a)) ? a : b;
-  }
-};
-
-// Tells GCC's vectorizer that iterations are independent, sparing it run-time overlap checks.
-// (Clang's counterpart, vectorize(assume_safety), warns wherever vectorizing is impossible, and
-// Clang vectorizes these loops with run-time checks anyway.)
-#if defined(__GNUC__) && !defined(__clang__)
-#define WEFT_INDEPENDENT_ITERATIONS _Pragma("GCC ivdep")
+#if defined(__x86_64__) || defined(__i386__)
+#define WEFT_X86 1
 #else
-#define WEFT_INDEPENDENT_ITERATIONS
+#define WEFT_X86 0
 #endif
 
-// Calls body(i) for every i < count; the iterations must be independent. Most run in blocks of
-// fixed length because GCC's -O2 cost model vectorizes only loops that need no scalar
-// remainder; -O3 would vectorize a plain loop too.
-template <typename Body>
-void forEachIndex(size_t count, Body body) {
-  constexpr size_t kBlock = 64;
-  size_t i = 0;
-  for (; i + kBlock <= count; i += kBlock) {
-    WEFT_INDEPENDENT_ITERATIONS
-    for (size_t j = 0; j < kBlock; ++j) body(i + j);
-  }
-  WEFT_INDEPENDENT_ITERATIONS
-  for (; i < count; ++i) body(i);
+// __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
+bool cpuHasAvx2() {
+#if WEFT_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
 }
 
-// dst is either disjoint from a and b or equal to one or both, so iterations are independent.
-template <typename Element, typename Op>
-void reduceLoop(void* dst, const void* a, const void* b, size_t count) {
-  using Storage = typename Element::Storage;
-  Storage* out = static_cast<Storage*>(dst);
-  const Storage* left = static_cast<const Storage*>(a);
-  const Storage* right = static_cast<const Storage*>(b);
-  forEachIndex(count, [=](size_t i) {
-    out[i] = Element::store(Op::apply(Element::load(left[i]), Element::load(right[i])));
-  });
+bool cpuHasAvx512() {
+#if WEFT_X86
+  __builtin_cpu_init();
+  return cpuHasAvx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
 }
 
-template <typename Element>
-void reduceAs(void* dst, const void* a, const void* b, size_t count, weftRedOp_t op) {
-  switch (op) {
-    case weftSum:
-    case weftAvg:  // the sum; divide() finishes the average
-      return reduceLoop<Element, SumOp>(dst, a, b, count);
-    case weftProd:
-      return reduceLoop<Element, ProdOp>(dst, a, b, count);
-    case weftMax:
-      return reduceLoop<Element, MaxOp>(dst, a, b, count);
-    case weftMin:
-      return reduceLoop<Element, MinOp>(dst, a, b, count);
-    case weftNumOps:
-      return;
-  }
+bool cpuHasAvx512Bf16() {
+#if WEFT_X86
+  return cpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
 }
 
-// Truncates toward zero like C++'s `/`. Signed values divide their magnitude, so that every
-// uint64_t divisor is defined (INT64_MIN included).
-template <typename T>
-T divideTowardZero(T value, uint64_t divisor) {
-  if constexpr (std::is_signed_v<T>) {
-    const uint64_t bits = static_cast<uint64_t>(value);
-    const uint64_t quotient = (value < 0 ? 0 - bits : bits) / divisor;
-    return static_cast<T>(value < 0 ? 0 - quotient : quotient);
-  } else {
-    return static_cast<T>(value / divisor);
-  }
-}
+bool always() { return true; }
 
-template <typename Element>
-void divideAs(void* dst, const void* src, size_t count, uint64_t divisor) {
-  using Storage = typename Element::Storage;
-  using Compute = typename Element::Compute;
-  Storage* out = static_cast<Storage*>(dst);
-  const Storage* in = static_cast<const Storage*>(src);
-  if constexpr (std::is_integral_v<Compute>) {
-    for (size_t i = 0; i < count; ++i) out[i] = divideTowardZero(in[i], divisor);
-  } else {
-    const Compute floatDivisor = static_cast<Compute>(divisor);
-    forEachIndex(count, [=](size_t i) {
-      out[i] = Element::store(Element::load(in[i]) / floatDivisor);
-    });
-  }
-}
-
-// Calls Fn::template run<Element>(args...) for the element description of `type`.
-template <typename Fn, typename... Args>
-void dispatchOnType(weftDataType_t type, Args... args) {
-  switch (type) {
-    case weftInt8: return Fn::template run<NativeElement<int8_t>>(args...);
-    case weftUint8: return Fn::template run<NativeElement<uint8_t>>(args...);
-    case weftInt32: return Fn::template run<NativeElement<int32_t>>(args...);
-    case weftUint32: return Fn::template run<NativeElement<uint32_t>>(args...);
-    case weftInt64: return Fn::template run<NativeElement<int64_t>>(args...);
-    case weftUint64: return Fn::template run<NativeElement<uint64_t>>(args...);
-    case weftFloat16: return Fn::template run<HalfElement>(args...);
-    case weftFloat32: return Fn::template run<NativeElement<float>>(args...);
-    case weftFloat64: return Fn::template run<NativeElement<double>>(args...);
-    case weftBfloat16: return Fn::template run<Bf16Element>(args...);
-    case weftFloat8e4m3: return Fn::template run<Fp8E4M3Element>(args...);
-    case weftFloat8e5m2: return Fn::template run<Fp8E5M2Element>(args...);
-    case weftNumTypes: return;
-  }
-}
-
-struct ReduceFn {
-  template <typename Element>
-  static void run(void* dst, const void* a, const void* b, size_t count, weftRedOp_t op) {
-    reduceAs<Element>(dst, a, b, count, op);
-  }
+struct Isa {
+  const char* name;
+  ReduceImpl reduce;
+  DivideImpl divide;
+  bool (*supported)();
 };
 
-struct DivideFn {
-  template <typename Element>
-  static void run(void* dst, const void* src, size_t count, uint64_t divisor) {
-    divideAs<Element>(dst, src, count, divisor);
-  }
+// In the order of kCpuIsas, from the fallback up.
+const Isa kIsas[] = {
+    {"scalar", reduceScalar, divideScalar, always},
+    {"avx2", reduceAvx2, divideAvx2, cpuHasAvx2},
+    {"avx512", reduceAvx512, divideAvx512, cpuHasAvx512},
+    {"avx512bf16", reduceAvx512Bf16, divideAvx512Bf16, cpuHasAvx512Bf16},
 };
+static_assert(std::size(kIsas) == std::size(kCpuIsas));
 
-struct SizeFn {
-  template <typename Element>
-  static void run(size_t* size) {
-    *size = sizeof(typename Element::Storage);
+// The named ISA if it is known and supported, else nullptr.
+const Isa* findSupported(const char* name) {
+  if (name == nullptr) return nullptr;
+  for (const Isa& isa : kIsas) {
+    if (std::strcmp(isa.name, name) == 0) return isa.supported() ? &isa : nullptr;
   }
-};
+  return nullptr;
+}
+
+const Isa& select(const char* requested) {
+  if (const Isa* isa = findSupported(requested)) return *isa;
+  for (size_t i = std::size(kIsas); i-- > 1;) {
+    if (kIsas[i].supported()) return kIsas[i];
+  }
+  return kIsas[0];
+}
+
+// Chosen on first use; a function-local static is initialised once, thread-safely.
+const Isa& active() {
+  static const Isa& isa = select(std::getenv("WEFT_CPU_ISA"));
+  return isa;
+}
 
 }  // namespace
 
+bool isaSupported(const char* isa) { return findSupported(isa) != nullptr; }
+
+const char* activeIsa() { return active().name; }
+
+const char* selectIsa(const char* requested) { return select(requested).name; }
+
+bool reduceWithIsa(const char* isa, void* dst, const void* a, const void* b, size_t count,
+                   weftDataType_t type, weftRedOp_t op) {
+  const Isa* found = findSupported(isa);
+  if (found == nullptr) return false;
+  found->reduce(dst, a, b, count, type, op);
+  return true;
+}
+
+bool divideWithIsa(const char* isa, void* dst, const void* src, size_t count,
+                   weftDataType_t type, uint64_t divisor) {
+  const Isa* found = findSupported(isa);
+  if (found == nullptr) return false;
+  found->divide(dst, src, count, type, divisor);
+  return true;
+}
+
+void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
+            weftRedOp_t op) {
+  active().reduce(dst, a, b, count, type, op);
+}
+
+void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor) {
+  active().divide(dst, src, count, type, divisor);
+}
+
 size_t dataTypeSize(weftDataType_t type) {
-  size_t size = 0;
-  dispatchOnType<SizeFn>(type, &size);
-  return size;
+  switch (type) {
+    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
+    case weftFloat16: case weftBfloat16: return 2;
+    case weftInt32: case weftUint32: case weftFloat32: return 4;
+    case weftInt64: case weftUint64: case weftFloat64: return 8;
+    case weftNumTypes: break;
+  }
+  return 0;
 }
 
 bool isValidDataType(int type) { return type >= 0 && type < weftNumTypes; }
@@ -254,16 +165,6 @@ const char* redOpName(weftRedOp_t op) {
     case weftNumOps: break;
   }
   return "invalid";
-}
-
-void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
-            weftRedOp_t op) {
-  dispatchOnType<ReduceFn>(type, dst, a, b, count, op);
-}
-
-void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor) {
-  if (divisor == 0) return;
-  dispatchOnType<DivideFn>(type, dst, src, count, divisor);
 }
 
 }  // namespace weft::kernels

@@ -19,6 +19,8 @@ const char* redOpName(weftRedOp_t op);
 // float and rounded to nearest even; fp8 saturates to the largest finite value on overflow.
 // Integer Sum and Prod wrap; float Max and Min return NaN if either input is NaN. An invalid
 // type or op does nothing (callers validate).
+// Runs the best implementation this CPU supports (SIMD where it can; see isa.h), every one
+// bit-identical to the portable reference but for NaN payloads.
 void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
             weftRedOp_t op);
 

@@ -1,0 +1,477 @@
+// AVX-512 (F, BW, VL, DQ) reduce() and divide(), and a variant that rounds bfloat16 results
+// with AVX512-BF16. As in reduce_avx2.cc, the instruction sets are enabled per function by
+// target attributes, reduce.cc calls these only on CPUs that support them, and results match
+// reduce_scalar.cc bit for bit, but for the payload of a NaN produced by arithmetic.
+//
+// Per element type, 512 bits at a time; the methods are reduce_avx2.cc's, with these changes:
+//  - masks (compare into k registers, mask_blend, mask_or) instead of blendv.
+//  - int64/uint64: mullo_epi64 (DQ) and max/min_epi64 or epu64, no emulation.
+//  - float/double max/min: the NaN a is put back with a compare mask and mask_blend.
+//  - bfloat16 (integer method): NaNs quieted with mask_or on every block, no branch.
+//  - fp8: codes narrow to bytes with cvtepi32_epi8; subnormals round with
+//    cvt_roundps_epi32 (nearest even, embedded rounding).
+//  - bfloat16 with AVX512-BF16: decoded in order (cvtepu16_epi32, shift) and rounded by
+//    cvtne2ps_pbh, which matches floatToBf16 except that it flushes subnormal results to zero:
+//    a block with a subnormal result is rounded with the integer method instead.
+// divide() vectorizes the floating-point types; integer division stays scalar.
+#include "kernels/cpu/reduce_impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), written `__m512 __Y = __Y;`,
+// which -Wmaybe-uninitialized reports wherever they inline (GCC bug 105593, fixed in GCC 13).
+// The warning is silenced for the header's own lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <cstring>
+#include <type_traits>
+
+#define WEFT_SIMD_TARGET \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+#include "kernels/cpu/reduce_simd.h"
+
+#define WEFT_AVX512 WEFT_SIMD_TARGET
+#define WEFT_AVX512BF16 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace weft::kernels {
+namespace {
+
+WEFT_AVX512 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+WEFT_AVX512 inline void store512(void* p, __m512i v) { _mm512_storeu_si512(p, v); }
+WEFT_AVX512 inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+WEFT_AVX512 inline void store256(void* p, __m256i v) {
+  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+}
+WEFT_AVX512 inline void store128(void* p, __m128i v) {
+  _mm_storeu_si128(static_cast<__m128i*>(p), v);
+}
+WEFT_AVX512 inline __m512i splat32(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
+
+// ---- Integers ----
+
+// The low byte of each product: even bytes from a 16-bit multiply of the words, odd bytes
+// from a multiply of the words shifted down.
+WEFT_AVX512 inline __m512i mulLow8(__m512i a, __m512i b) {
+  const __m512i even = _mm512_mullo_epi16(a, b);
+  const __m512i odd = _mm512_mullo_epi16(_mm512_srli_epi16(a, 8), _mm512_srli_epi16(b, 8));
+  return _mm512_or_si512(_mm512_and_si512(even, _mm512_set1_epi16(0xff)),
+                         _mm512_slli_epi16(odd, 8));
+}
+
+template <typename T>
+struct IntKernel {
+  using Storage = T;
+  static constexpr size_t kLanes = 64 / sizeof(T);
+  static constexpr bool kSigned = std::is_signed_v<T>;
+
+  template <SimdOp op>
+  WEFT_AVX512 static __m512i apply(__m512i a, __m512i b) {
+    if constexpr (sizeof(T) == 1) {
+      if constexpr (op == SimdOp::kSum) return _mm512_add_epi8(a, b);
+      if constexpr (op == SimdOp::kProd) return mulLow8(a, b);
+      if constexpr (op == SimdOp::kMax) {
+        return kSigned ? _mm512_max_epi8(a, b) : _mm512_max_epu8(a, b);
+      }
+      if constexpr (op == SimdOp::kMin) {
+        return kSigned ? _mm512_min_epi8(a, b) : _mm512_min_epu8(a, b);
+      }
+    } else if constexpr (sizeof(T) == 4) {
+      if constexpr (op == SimdOp::kSum) return _mm512_add_epi32(a, b);
+      if constexpr (op == SimdOp::kProd) return _mm512_mullo_epi32(a, b);
+      if constexpr (op == SimdOp::kMax) {
+        return kSigned ? _mm512_max_epi32(a, b) : _mm512_max_epu32(a, b);
+      }
+      if constexpr (op == SimdOp::kMin) {
+        return kSigned ? _mm512_min_epi32(a, b) : _mm512_min_epu32(a, b);
+      }
+    } else {
+      static_assert(sizeof(T) == 8);
+      if constexpr (op == SimdOp::kSum) return _mm512_add_epi64(a, b);
+      if constexpr (op == SimdOp::kProd) return _mm512_mullo_epi64(a, b);
+      if constexpr (op == SimdOp::kMax) {
+        return kSigned ? _mm512_max_epi64(a, b) : _mm512_max_epu64(a, b);
+      }
+      if constexpr (op == SimdOp::kMin) {
+        return kSigned ? _mm512_min_epi64(a, b) : _mm512_min_epu64(a, b);
+      }
+    }
+  }
+
+  template <SimdOp op>
+  WEFT_AVX512 static void block(T* out, const T* a, const T* b) {
+    store512(out, apply<op>(load512(a), load512(b)));
+  }
+};
+
+// ---- Floating point ----
+
+WEFT_AVX512 inline __m512 vload(const float* p) { return _mm512_loadu_ps(p); }
+WEFT_AVX512 inline __m512d vload(const double* p) { return _mm512_loadu_pd(p); }
+WEFT_AVX512 inline void vstore(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+WEFT_AVX512 inline void vstore(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
+WEFT_AVX512 inline __m512 vsplat(float v) { return _mm512_set1_ps(v); }
+WEFT_AVX512 inline __m512d vsplat(double v) { return _mm512_set1_pd(v); }
+WEFT_AVX512 inline __m512 vdiv(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+WEFT_AVX512 inline __m512d vdiv(__m512d a, __m512d b) { return _mm512_div_pd(a, b); }
+
+// max_ps(a, b) is a > b ? a : b, b when either is NaN (min likewise): with a's NaN put back,
+// that is the scalar (a > b || isNan(a)) ? a : b.
+template <SimdOp op>
+WEFT_AVX512 inline __m512 floatOp(__m512 a, __m512 b) {
+  if constexpr (op == SimdOp::kSum) return _mm512_add_ps(a, b);
+  if constexpr (op == SimdOp::kProd) return _mm512_mul_ps(a, b);
+  if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
+    const __m512 chosen = op == SimdOp::kMax ? _mm512_max_ps(a, b) : _mm512_min_ps(a, b);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), chosen, a);
+  }
+}
+
+template <SimdOp op>
+WEFT_AVX512 inline __m512d floatOp(__m512d a, __m512d b) {
+  if constexpr (op == SimdOp::kSum) return _mm512_add_pd(a, b);
+  if constexpr (op == SimdOp::kProd) return _mm512_mul_pd(a, b);
+  if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
+    const __m512d chosen = op == SimdOp::kMax ? _mm512_max_pd(a, b) : _mm512_min_pd(a, b);
+    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), chosen, a);
+  }
+}
+
+template <typename T>
+struct FloatKernel {
+  using Storage = T;
+  static constexpr size_t kLanes = 64 / sizeof(T);
+  using Divisor = decltype(vsplat(T{}));
+
+  template <SimdOp op>
+  WEFT_AVX512 static void block(T* out, const T* a, const T* b) {
+    vstore(out, floatOp<op>(vload(a), vload(b)));
+  }
+  WEFT_AVX512 static Divisor divisor(uint64_t d) { return vsplat(static_cast<T>(d)); }
+  WEFT_AVX512 static void divideBlock(T* out, const T* in, Divisor d) {
+    vstore(out, vdiv(vload(in), d));
+  }
+};
+
+// ---- Narrow floats: 32 elements as two vectors of 16 floats ----
+
+// Codecs as in reduce_avx2.cc: decoded values are 2^-kDecodedScale times the true ones, and
+// encode<s> takes floats 2^-s times the true results.
+
+struct HalfCodec {
+  using Storage = uint16_t;
+  static constexpr int kDecodedScale = 0;
+  WEFT_AVX512 static void decode(const uint16_t* p, __m512& low, __m512& high) {
+    low = _mm512_cvtph_ps(load256(p));
+    high = _mm512_cvtph_ps(load256(p + 16));
+  }
+  template <int kScale>
+  WEFT_AVX512 static void encode(uint16_t* p, __m512 low, __m512 high) {
+    static_assert(kScale == 0);
+    store256(p, _mm512_cvtps_ph(low, _MM_FROUND_TO_NEAREST_INT));
+    store256(p + 16, _mm512_cvtps_ph(high, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+
+// floatToBf16 in each 32-bit lane, the bfloat16 in the top 16 bits (the low 16 are left
+// over): add 0x7fff plus the lowest kept bit; a NaN keeps its top bits with the quiet bit set.
+WEFT_AVX512 inline __m512i roundToBf16High(__m512 value) {
+  const __m512i bits = _mm512_castps_si512(value);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), splat32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, splat32(0x7fff)));
+  const __mmask16 isNan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, splat32(0x7fffffff)), splat32(0x7f800000));
+  return _mm512_mask_or_epi32(rounded, isNan, bits, splat32(0x00400000));
+}
+
+// bfloat16 is the top half of a float. The even elements decode to `low` (shifted up into
+// the top half of each 32-bit lane) and the odd ones to `high` (masked, already in place), so
+// that one blend of 16-bit words puts the results back in order: no shuffles.
+struct Bf16Codec {
+  using Storage = uint16_t;
+  static constexpr int kDecodedScale = 0;
+  WEFT_AVX512 static void decode(const uint16_t* p, __m512& low, __m512& high) {
+    const __m512i v = load512(p);
+    low = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    high = _mm512_castsi512_ps(_mm512_and_si512(v, splat32(0xffff0000)));
+  }
+  template <int kScale>
+  WEFT_AVX512 static void encode(uint16_t* p, __m512 low, __m512 high) {
+    static_assert(kScale == 0);
+    const __m512i evens = _mm512_srli_epi32(roundToBf16High(low), 16);
+    store512(p, _mm512_mask_blend_epi16(0xaaaaaaaa, evens, roundToBf16High(high)));
+  }
+};
+
+template <uint32_t Bias, uint32_t MantissaBits, uint32_t LargestFinite, uint32_t NanCode,
+          bool HasInfinity>
+struct Fp8Format {
+  static constexpr uint32_t kBias = Bias;
+  static constexpr uint32_t kMantissaBits = MantissaBits;
+  static constexpr uint32_t kLargestFinite = LargestFinite;
+  static constexpr uint32_t kNan = NanCode;
+  static constexpr bool kHasInfinity = HasInfinity;  // e5m2; e4m3 saturates infinities too
+};
+using E4M3 = Fp8Format<7, 3, 0x7e, 0x7f, false>;
+using E5M2 = Fp8Format<15, 2, 0x7b, 0x7e, true>;
+
+// floatToFp8e4m3 / floatToFp8e5m2 of 16 floats times 2^kScale, as bytes. value * 2^kScale
+// must not be a float subnormal unless it rounds to 0: the scale then only shifts the
+// exponent, folded into the bias.
+template <typename Format, int kScale>
+WEFT_AVX512 inline __m128i encodeFp8(__m512 value) {
+  constexpr uint32_t kBias = Format::kBias + kScale;
+  constexpr uint32_t kMantissaBits = Format::kMantissaBits;
+  constexpr uint32_t kDropped = 23 - kMantissaBits;
+  const __m512i bits = _mm512_castps_si512(value);
+  const __m512i magnitude = _mm512_and_si512(bits, splat32(0x7fffffff));
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(bits, 24), splat32(0x80));
+  // Normal in the format: round the dropped bits to nearest even and rebias.
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(magnitude, kDropped), splat32(1));
+  const __m512i rounded =
+      _mm512_add_epi32(magnitude, _mm512_add_epi32(lsb, splat32((1u << (kDropped - 1)) - 1)));
+  const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(rounded, kDropped),
+                                          splat32((127 - kBias) << kMantissaBits));
+  // Subnormal: the count of the smallest subnormal, rounded to nearest even (exact scaling;
+  // the clamp keeps unselected lanes in range).
+  constexpr float kUnitsPerOne = static_cast<float>(1u << (kBias + kMantissaBits - 1));
+  constexpr float kClamp = static_cast<float>(2u << kMantissaBits);
+  const __m512 units = _mm512_min_ps(
+      _mm512_mul_ps(_mm512_castsi512_ps(magnitude), _mm512_set1_ps(kUnitsPerOne)),
+      _mm512_set1_ps(kClamp));
+  const __m512i subnormal =
+      _mm512_cvt_roundps_epi32(units, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 isNormal =
+      _mm512_cmpgt_epi32_mask(magnitude, splat32(((128 - kBias) << 23) - 1));
+  __m512i code = _mm512_min_epi32(_mm512_mask_blend_epi32(isNormal, subnormal, normal),
+                                  splat32(Format::kLargestFinite));
+  const __mmask16 isNan = _mm512_cmpgt_epi32_mask(magnitude, splat32(0x7f800000));
+  code = _mm512_mask_mov_epi32(code, isNan, splat32(Format::kNan));
+  if constexpr (Format::kHasInfinity) {
+    const __mmask16 isInfinity = _mm512_cmpeq_epi32_mask(magnitude, splat32(0x7f800000));
+    code = _mm512_mask_mov_epi32(code, isInfinity, splat32(Format::kLargestFinite + 1));
+  }
+  return _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign));
+}
+
+// e5m2 is the top byte of a binary16; e4m3's bits, shifted, are a binary16 2^8 smaller
+// (kDecodedScale), with its NaN code patched to a binary16 quiet NaN (reduce_avx2.cc).
+template <typename Format>
+struct Fp8Codec {
+  using Storage = uint8_t;
+  static constexpr int kDecodedScale = Format::kHasInfinity ? 0 : 8;
+  WEFT_AVX512 static void decode(const uint8_t* p, __m512& low, __m512& high) {
+    const __m512i bytes = _mm512_cvtepu8_epi16(load256(p));
+    __m512i halves;
+    if constexpr (Format::kHasInfinity) {
+      halves = _mm512_slli_epi16(bytes, 8);
+    } else {
+      const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(bytes, _mm512_set1_epi16(0x80)), 8);
+      const __m512i magnitude = _mm512_and_si512(bytes, _mm512_set1_epi16(0x7f));
+      const __mmask32 isNan = _mm512_cmpeq_epi16_mask(magnitude, _mm512_set1_epi16(0x7f));
+      halves = _mm512_mask_blend_epi16(isNan,
+                                       _mm512_or_si512(sign, _mm512_slli_epi16(magnitude, 7)),
+                                       _mm512_or_si512(sign, _mm512_set1_epi16(0x7e00)));
+    }
+    low = _mm512_cvtph_ps(_mm512_castsi512_si256(halves));
+    high = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
+  }
+  template <int kScale>
+  WEFT_AVX512 static void encode(uint8_t* p, __m512 low, __m512 high) {
+    store128(p, encodeFp8<Format, kScale>(low));
+    store128(p + 16, encodeFp8<Format, kScale>(high));
+  }
+};
+
+// Decode, compute in float, round back; all loads happen before the stores.
+template <typename Codec>
+struct NarrowKernel {
+  using Storage = typename Codec::Storage;
+  static constexpr size_t kLanes = 32;
+  using Divisor = __m512;
+
+  template <SimdOp op>
+  WEFT_AVX512 static void block(Storage* out, const Storage* a, const Storage* b) {
+    constexpr int kScale = (op == SimdOp::kProd ? 2 : 1) * Codec::kDecodedScale;
+    __m512 aLow, aHigh, bLow, bHigh;
+    Codec::decode(a, aLow, aHigh);
+    Codec::decode(b, bLow, bHigh);
+    Codec::template encode<kScale>(out, floatOp<op>(aLow, bLow), floatOp<op>(aHigh, bHigh));
+  }
+  WEFT_AVX512 static Divisor divisor(uint64_t d) { return _mm512_set1_ps(static_cast<float>(d)); }
+  WEFT_AVX512 static void divideBlock(Storage* out, const Storage* in, Divisor d) {
+    __m512 low, high;
+    Codec::decode(in, low, high);
+    Codec::template encode<Codec::kDecodedScale>(out, _mm512_div_ps(low, d),
+                                                 _mm512_div_ps(high, d));
+  }
+};
+
+// ---- bfloat16 with AVX512-BF16 ----
+
+// 16 bfloat16s, in order, as floats.
+WEFT_AVX512BF16 inline __m512 loadBf16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
+}
+
+// Lanes holding a float subnormal: zero exponent, nonzero mantissa.
+WEFT_AVX512BF16 inline __mmask16 subnormalLanes(__m512 value) {
+  const __m512i bits = _mm512_castps_si512(value);
+  const __mmask16 zeroExponent = _mm512_testn_epi32_mask(bits, splat32(0x7f800000));
+  return _mm512_mask_test_epi32_mask(zeroExponent, bits, splat32(0x007fffff));
+}
+
+// floatToBf16 of low's 16 floats then high's, in order.
+WEFT_AVX512BF16 inline void storeBf16(uint16_t* p, __m512 low, __m512 high) {
+  if ((subnormalLanes(low) | subnormalLanes(high)) == 0) {
+    store512(p, (__m512i)_mm512_cvtne2ps_pbh(high, low));  // high goes to the upper half
+  } else {
+    store256(p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(roundToBf16High(low), 16)));
+    store256(p + 16, _mm512_cvtepi32_epi16(_mm512_srli_epi32(roundToBf16High(high), 16)));
+  }
+}
+
+template <SimdOp op>
+WEFT_AVX512BF16 inline void bf16Block(uint16_t* out, const uint16_t* a, const uint16_t* b) {
+  const __m512 aLow = loadBf16(a), aHigh = loadBf16(a + 16);
+  const __m512 bLow = loadBf16(b), bHigh = loadBf16(b + 16);
+  storeBf16(out, floatOp<op>(aLow, bLow), floatOp<op>(aHigh, bHigh));
+}
+
+constexpr size_t kBf16Lanes = 32;
+
+// simdReduceLoop's structure (prefetching included), compiled for this target so that the
+// block inlines.
+template <SimdOp op>
+WEFT_AVX512BF16 void bf16ReduceLoop(void* dst, const void* a, const void* b, size_t count) {
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  const uint16_t* left = static_cast<const uint16_t*>(a);
+  const uint16_t* right = static_cast<const uint16_t*>(b);
+  constexpr size_t kAhead = kPrefetchBytes / sizeof(uint16_t);
+  size_t i = 0;
+  if (count > kAhead) {
+    for (; i + kBf16Lanes <= count - kAhead; i += kBf16Lanes) {
+      __builtin_prefetch(left + i + kAhead);
+      __builtin_prefetch(right + i + kAhead);
+      bf16Block<op>(out + i, left + i, right + i);
+    }
+  }
+  for (; i + kBf16Lanes <= count; i += kBf16Lanes) bf16Block<op>(out + i, left + i, right + i);
+  if (i < count) {
+    const size_t bytes = (count - i) * sizeof(uint16_t);
+    alignas(64) uint16_t leftTail[kBf16Lanes] = {};
+    alignas(64) uint16_t rightTail[kBf16Lanes] = {};
+    alignas(64) uint16_t outTail[kBf16Lanes];
+    std::memcpy(leftTail, left + i, bytes);
+    std::memcpy(rightTail, right + i, bytes);
+    bf16Block<op>(outTail, leftTail, rightTail);
+    std::memcpy(out + i, outTail, bytes);
+  }
+}
+
+WEFT_AVX512BF16 inline void bf16DivideBlock(uint16_t* out, const uint16_t* in, __m512 d) {
+  storeBf16(out, _mm512_div_ps(loadBf16(in), d), _mm512_div_ps(loadBf16(in + 16), d));
+}
+
+WEFT_AVX512BF16 void bf16Divide(void* dst, const void* src, size_t count, uint64_t divisor) {
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  const uint16_t* in = static_cast<const uint16_t*>(src);
+  const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
+  constexpr size_t kAhead = kPrefetchBytes / sizeof(uint16_t);
+  size_t i = 0;
+  if (count > kAhead) {
+    for (; i + kBf16Lanes <= count - kAhead; i += kBf16Lanes) {
+      __builtin_prefetch(in + i + kAhead);
+      bf16DivideBlock(out + i, in + i, d);
+    }
+  }
+  for (; i + kBf16Lanes <= count; i += kBf16Lanes) bf16DivideBlock(out + i, in + i, d);
+  if (i < count) {
+    const size_t bytes = (count - i) * sizeof(uint16_t);
+    alignas(64) uint16_t inTail[kBf16Lanes] = {};
+    alignas(64) uint16_t outTail[kBf16Lanes];
+    std::memcpy(inTail, in + i, bytes);
+    bf16DivideBlock(outTail, inTail, d);
+    std::memcpy(out + i, outTail, bytes);
+  }
+}
+
+}  // namespace
+
+WEFT_AVX512 void reduceAvx512(void* dst, const void* a, const void* b, size_t count,
+                              weftDataType_t type, weftRedOp_t op) {
+  switch (type) {
+    case weftInt8: return simdReduce<IntKernel<int8_t>>(dst, a, b, count, op);
+    case weftUint8: return simdReduce<IntKernel<uint8_t>>(dst, a, b, count, op);
+    case weftInt32: return simdReduce<IntKernel<int32_t>>(dst, a, b, count, op);
+    case weftUint32: return simdReduce<IntKernel<uint32_t>>(dst, a, b, count, op);
+    case weftInt64: return simdReduce<IntKernel<int64_t>>(dst, a, b, count, op);
+    case weftUint64: return simdReduce<IntKernel<uint64_t>>(dst, a, b, count, op);
+    case weftFloat16: return simdReduce<NarrowKernel<HalfCodec>>(dst, a, b, count, op);
+    case weftFloat32: return simdReduce<FloatKernel<float>>(dst, a, b, count, op);
+    case weftFloat64: return simdReduce<FloatKernel<double>>(dst, a, b, count, op);
+    case weftBfloat16: return simdReduce<NarrowKernel<Bf16Codec>>(dst, a, b, count, op);
+    case weftFloat8e4m3:
+      return simdReduce<NarrowKernel<Fp8Codec<E4M3>>>(dst, a, b, count, op);
+    case weftFloat8e5m2:
+      return simdReduce<NarrowKernel<Fp8Codec<E5M2>>>(dst, a, b, count, op);
+    case weftNumTypes: return;
+  }
+}
+
+WEFT_AVX512 void divideAvx512(void* dst, const void* src, size_t count, weftDataType_t type,
+                              uint64_t divisor) {
+  if (divisor == 0) return;
+  switch (type) {
+    case weftFloat16: return simdDivide<NarrowKernel<HalfCodec>>(dst, src, count, divisor);
+    case weftFloat32: return simdDivide<FloatKernel<float>>(dst, src, count, divisor);
+    case weftFloat64: return simdDivide<FloatKernel<double>>(dst, src, count, divisor);
+    case weftBfloat16: return simdDivide<NarrowKernel<Bf16Codec>>(dst, src, count, divisor);
+    case weftFloat8e4m3:
+      return simdDivide<NarrowKernel<Fp8Codec<E4M3>>>(dst, src, count, divisor);
+    case weftFloat8e5m2:
+      return simdDivide<NarrowKernel<Fp8Codec<E5M2>>>(dst, src, count, divisor);
+    default: return divideScalar(dst, src, count, type, divisor);  // integers, or invalid
+  }
+}
+
+WEFT_AVX512BF16 void reduceAvx512Bf16(void* dst, const void* a, const void* b, size_t count,
+                                      weftDataType_t type, weftRedOp_t op) {
+  if (type != weftBfloat16) return reduceAvx512(dst, a, b, count, type, op);
+  switch (op) {
+    case weftSum:
+    case weftAvg: return bf16ReduceLoop<SimdOp::kSum>(dst, a, b, count);
+    case weftProd: return bf16ReduceLoop<SimdOp::kProd>(dst, a, b, count);
+    case weftMax: return bf16ReduceLoop<SimdOp::kMax>(dst, a, b, count);
+    case weftMin: return bf16ReduceLoop<SimdOp::kMin>(dst, a, b, count);
+    case weftNumOps: return;
+  }
+}
+
+WEFT_AVX512BF16 void divideAvx512Bf16(void* dst, const void* src, size_t count,
+                                      weftDataType_t type, uint64_t divisor) {
+  if (type != weftBfloat16) return divideAvx512(dst, src, count, type, divisor);
+  if (divisor != 0) bf16Divide(dst, src, count, divisor);
+}
+
+}  // namespace weft::kernels
+
+#else  // not x86: never dispatched to
+
+namespace weft::kernels {
+void reduceAvx512(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
+void divideAvx512(void*, const void*, size_t, weftDataType_t, uint64_t) {}
+void reduceAvx512Bf16(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
+void divideAvx512Bf16(void*, const void*, size_t, weftDataType_t, uint64_t) {}
+}  // namespace weft::kernels
+
+#endif

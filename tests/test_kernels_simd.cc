@@ -1,0 +1,336 @@
+// The SIMD reduction kernels against the scalar reference: every implementation this CPU
+// supports (isa.h), every type x op, counts around the vector widths, unaligned pointers and
+// exact aliasing, with data full of NaNs, infinities, signed zeros, subnormals and extreme
+// integers. Results must be bit-identical, except that two NaNs match whatever their payload
+// and max/min of +0 and -0 may return either zero. Implementations the CPU lacks are reported
+// and skipped. test_kernels.cc checks the scalar reference itself against definitions.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/float_formats.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/reduce.h"
+
+using namespace weft::kernels;
+
+namespace {
+
+constexpr size_t kCounts[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 1000, 4099};
+constexpr weftRedOp_t kOps[] = {weftSum, weftProd, weftMax, weftMin, weftAvg};
+constexpr uint64_t kDivisors[] = {1, 2, 3, 7, 1000, (uint64_t{1} << 40) + 1, uint64_t{1} << 63,
+                                  UINT64_MAX};
+
+// The supported implementations other than the scalar reference; the others are reported.
+std::vector<const char*> simdIsasToTest() {
+  std::vector<const char*> isas;
+  for (const char* isa : kCpuIsas) {
+    if (std::string(isa) == "scalar") continue;
+    if (isaSupported(isa)) {
+      isas.push_back(isa);
+    } else {
+      WARN(isa << ": not supported by this CPU, skipped");
+    }
+  }
+  return isas;
+}
+
+enum class Kind { kInteger, kFloat32, kFloat64, kNarrow };
+
+struct TypeInfo {
+  weftDataType_t type;
+  Kind kind;
+  int exponentBits = 0;  // narrow floats only
+  int mantissaBits = 0;
+  float (*decode)(uint64_t) = nullptr;
+};
+
+const TypeInfo kTypes[] = {
+    {weftInt8, Kind::kInteger},
+    {weftUint8, Kind::kInteger},
+    {weftInt32, Kind::kInteger},
+    {weftUint32, Kind::kInteger},
+    {weftInt64, Kind::kInteger},
+    {weftUint64, Kind::kInteger},
+    {weftFloat16, Kind::kNarrow, 5, 10,
+     [](uint64_t c) { return halfToFloat(static_cast<uint16_t>(c)); }},
+    {weftFloat32, Kind::kFloat32},
+    {weftFloat64, Kind::kFloat64},
+    {weftBfloat16, Kind::kNarrow, 8, 7,
+     [](uint64_t c) { return bf16ToFloat(static_cast<uint16_t>(c)); }},
+    {weftFloat8e4m3, Kind::kNarrow, 4, 3,
+     [](uint64_t c) { return fp8e4m3ToFloat(static_cast<uint8_t>(c)); }},
+    {weftFloat8e5m2, Kind::kNarrow, 5, 2,
+     [](uint64_t c) { return fp8e5m2ToFloat(static_cast<uint8_t>(c)); }},
+};
+
+// A float format's bits from sign, exponent field and mantissa field.
+uint64_t floatBits(uint64_t sign, uint64_t exponent, uint64_t mantissa, int exponentBits,
+                   int mantissaBits) {
+  const uint64_t mantissaMask = (uint64_t{1} << mantissaBits) - 1;
+  const uint64_t exponentMask = (uint64_t{1} << exponentBits) - 1;
+  return (sign << (exponentBits + mantissaBits)) | ((exponent & exponentMask) << mantissaBits) |
+         (mantissa & mantissaMask);
+}
+
+// Random element bits, biased towards the values that break kernels.
+uint64_t randomElement(const TypeInfo& info, std::mt19937_64& rng) {
+  const uint64_t bits = rng();
+  const int pick = static_cast<int>(rng() % 100);
+  const uint64_t sign = rng() & 1;
+  if (info.kind == Kind::kInteger) {
+    const int width = static_cast<int>(dataTypeSize(info.type)) * 8;
+    const uint64_t top = uint64_t{1} << (width - 1);
+    const uint64_t extremes[] = {0, 1, 2, ~uint64_t{0}, top, top - 1, top + 1, 0x5555555555555555};
+    return pick < 40 ? extremes[rng() % std::size(extremes)] : bits;
+  }
+  int exponentBits = info.exponentBits, mantissaBits = info.mantissaBits;
+  if (info.kind == Kind::kFloat32) exponentBits = 8, mantissaBits = 23;
+  if (info.kind == Kind::kFloat64) exponentBits = 11, mantissaBits = 52;
+  const uint64_t topExponent = (uint64_t{1} << exponentBits) - 1;
+  const uint64_t bias = topExponent / 2;
+  const uint64_t mantissaTop = uint64_t{1} << (mantissaBits - 1);
+  auto make = [&](uint64_t exponent, uint64_t mantissa) {
+    return floatBits(sign, exponent, mantissa, exponentBits, mantissaBits);
+  };
+  if (pick < 6) return make(topExponent, bits | mantissaTop);         // quiet NaN
+  if (pick < 8) return make(topExponent, (bits & ~mantissaTop) | 1);  // signalling NaN
+  if (pick < 13) return make(topExponent, 0);                         // infinity (e4m3: 256)
+  if (pick < 18) return make(0, 0);                                   // signed zero
+  if (pick < 28) return make(0, bits);                                // subnormal
+  if (pick < 36) return make(1 + rng() % 3, bits);                    // smallest normals
+  if (pick < 44) return make(topExponent - 1 - rng() % 3, bits);      // near overflow
+  if (pick < 52) return make(topExponent, rng() % 2 ? ~uint64_t{0} : ~uint64_t{1});
+  if (pick < 80) {  // moderate, so that products stay in range
+    const uint64_t spread = std::min<uint64_t>(bias, 12);
+    return make(bias - spread + rng() % (2 * spread + 1), bits);
+  }
+  return bits;
+}
+
+// An element-aligned array with guard bytes around it, 64-byte aligned plus offset elements.
+struct GuardedArray {
+  static constexpr size_t kGuard = 128;
+  std::vector<uint8_t> storage;
+  uint8_t* data;
+
+  GuardedArray(size_t bytes, size_t offsetBytes, std::mt19937_64& rng)
+      : storage(bytes + offsetBytes + 2 * kGuard + 64) {
+    for (uint8_t& byte : storage) byte = static_cast<uint8_t>(rng());
+    const uintptr_t start = reinterpret_cast<uintptr_t>(storage.data()) + kGuard;
+    data = storage.data() + ((start + 63) / 64 * 64 - reinterpret_cast<uintptr_t>(storage.data())) +
+           offsetBytes;
+  }
+};
+
+std::string hex(uint64_t value) {
+  std::ostringstream out;
+  out << "0x" << std::hex << value;
+  return out.str();
+}
+
+bool isNanElement(const TypeInfo& info, uint64_t bits) {
+  switch (info.kind) {
+    case Kind::kInteger: return false;
+    case Kind::kFloat32: return std::isnan(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+    case Kind::kFloat64: return std::isnan(std::bit_cast<double>(bits));
+    case Kind::kNarrow: return std::isnan(info.decode(bits));
+  }
+  return false;
+}
+
+bool isZeroElement(const TypeInfo& info, uint64_t bits) {
+  const size_t width = dataTypeSize(info.type) * 8;
+  return info.kind != Kind::kInteger && (bits & ~(uint64_t{1} << (width - 1))) == 0;
+}
+
+// Compares count elements of actual with expected; returns a description of the first few
+// mismatches, or "".
+std::string compareElements(const TypeInfo& info, bool zerosMatch, const uint8_t* expected,
+                            const uint8_t* actual, size_t count) {
+  const size_t size = dataTypeSize(info.type);
+  std::string errors;
+  size_t failures = 0;
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t e = 0, a = 0;
+    std::memcpy(&e, expected + i * size, size);
+    std::memcpy(&a, actual + i * size, size);
+    if (e == a) continue;
+    if (isNanElement(info, e) && isNanElement(info, a)) continue;
+    if (zerosMatch && isZeroElement(info, e) && isZeroElement(info, a)) continue;
+    if (++failures <= 4) {
+      errors += " [" + std::to_string(i) + "] expected " + hex(e) + " got " + hex(a) + ";";
+    }
+  }
+  if (failures > 4) errors += " ... " + std::to_string(failures) + " mismatches in all";
+  return errors;
+}
+
+// Whether the guard bytes around [data, data + bytes) are as they were in `before`.
+bool guardsIntact(const GuardedArray& array, const std::vector<uint8_t>& before, size_t bytes) {
+  const size_t begin = static_cast<size_t>(array.data - array.storage.data());
+  return std::memcmp(array.storage.data(), before.data(), begin) == 0 &&
+         std::memcmp(array.storage.data() + begin + bytes, before.data() + begin + bytes,
+                     before.size() - begin - bytes) == 0;
+}
+
+enum class Aliasing { kNone, kDstIsA, kDstIsB, kAllSame };
+
+struct Layout {
+  size_t dstOffset, aOffset, bOffset;  // in elements
+};
+constexpr Layout kLayouts[] = {{0, 0, 0}, {1, 1, 1}, {0, 1, 0}, {1, 0, 1}};
+
+void checkReduceCase(const char* isa, const TypeInfo& info, weftRedOp_t op, size_t count,
+                     const Layout& layout, Aliasing aliasing, std::mt19937_64& rng) {
+  const size_t size = dataTypeSize(info.type);
+  const size_t bytes = count * size;
+  GuardedArray a(bytes, layout.aOffset * size, rng), b(bytes, layout.bOffset * size, rng);
+  GuardedArray out(bytes, layout.dstOffset * size, rng);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t x = randomElement(info, rng), y = randomElement(info, rng);
+    std::memcpy(a.data + i * size, &x, size);
+    std::memcpy(b.data + i * size, &y, size);
+  }
+  const uint8_t* right = aliasing == Aliasing::kAllSame ? a.data : b.data;
+  std::vector<uint8_t> expected(bytes + 1);
+  REQUIRE(reduceWithIsa("scalar", expected.data(), a.data, right, count, info.type, op));
+
+  GuardedArray* dst = aliasing == Aliasing::kDstIsB ? &b : aliasing == Aliasing::kNone ? &out : &a;
+  const std::vector<uint8_t> before = dst->storage;
+  REQUIRE(reduceWithIsa(isa, dst->data, a.data, right, count, info.type, op));
+
+  INFO(isa << " " << dataTypeName(info.type) << " " << redOpName(op) << " count " << count
+           << " offsets " << layout.dstOffset << layout.aOffset << layout.bOffset << " aliasing "
+           << static_cast<int>(aliasing));
+  const std::string errors = compareElements(info, op == weftMax || op == weftMin,
+                                             expected.data(), dst->data, count);
+  if (!errors.empty()) FAIL_CHECK(errors);
+  CHECK(guardsIntact(*dst, before, bytes));
+}
+
+}  // namespace
+
+TEST_CASE("SIMD reduce matches the scalar reference for every type, op, count and layout",
+          "[reduce][simd]") {
+  const std::vector<const char*> isas = simdIsasToTest();
+  for (const char* isa : isas) {
+    for (const TypeInfo& info : kTypes) {
+      std::mt19937_64 rng(static_cast<uint64_t>(info.type) * 7919 + 17);
+      for (weftRedOp_t op : kOps) {
+        for (size_t count : kCounts) {
+          for (const Layout& layout : kLayouts) {
+            for (Aliasing aliasing : {Aliasing::kNone, Aliasing::kDstIsA, Aliasing::kDstIsB,
+                                      Aliasing::kAllSame}) {
+              // An aliased dst shares its input's offset.
+              Layout used = layout;
+              if (aliasing == Aliasing::kDstIsA || aliasing == Aliasing::kAllSame) {
+                used.dstOffset = used.aOffset;
+              }
+              if (aliasing == Aliasing::kDstIsB) used.dstOffset = used.bOffset;
+              checkReduceCase(isa, info, op, count, used, aliasing, rng);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("SIMD divide matches the scalar reference for every type and divisor",
+          "[divide][simd]") {
+  for (const char* isa : simdIsasToTest()) {
+    for (const TypeInfo& info : kTypes) {
+      std::mt19937_64 rng(static_cast<uint64_t>(info.type) * 104729 + 3);
+      const size_t size = dataTypeSize(info.type);
+      for (uint64_t divisor : kDivisors) {
+        for (size_t count : kCounts) {
+          for (bool inPlace : {false, true}) {
+            const size_t offset = (count % 2) * size;  // odd counts run unaligned
+            GuardedArray in(count * size, offset, rng), out(count * size, offset, rng);
+            for (size_t i = 0; i < count; ++i) {
+              const uint64_t x = randomElement(info, rng);
+              std::memcpy(in.data + i * size, &x, size);
+            }
+            std::vector<uint8_t> expected(count * size + 1);
+            REQUIRE(divideWithIsa("scalar", expected.data(), in.data, count, info.type, divisor));
+            GuardedArray& dst = inPlace ? in : out;
+            const std::vector<uint8_t> before = dst.storage;
+            REQUIRE(divideWithIsa(isa, dst.data, in.data, count, info.type, divisor));
+            INFO(isa << " " << dataTypeName(info.type) << " / " << divisor << " count " << count
+                     << (inPlace ? " in place" : ""));
+            const std::string errors =
+                compareElements(info, false, expected.data(), dst.data, count);
+            if (!errors.empty()) FAIL_CHECK(errors);
+            CHECK(guardsIntact(dst, before, count * size));
+          }
+        }
+      }
+      // Divisor 0 does nothing.
+      std::vector<uint8_t> values(64 * size, 0x5a), copy = values;
+      REQUIRE(divideWithIsa(isa, values.data(), values.data(), 64, info.type, 0));
+      CHECK(values == copy);
+    }
+  }
+}
+
+TEST_CASE("SIMD implementations ignore an invalid type or op", "[reduce][simd]") {
+  for (const char* isa : kCpuIsas) {
+    if (!isaSupported(isa)) continue;
+    INFO(isa);
+    int32_t a[40] = {1, 2}, b[40] = {3, 4}, out[40];
+    std::fill(std::begin(out), std::end(out), -1);
+    REQUIRE(reduceWithIsa(isa, out, a, b, 40, weftNumTypes, weftSum));
+    REQUIRE(reduceWithIsa(isa, out, a, b, 40, static_cast<weftDataType_t>(15), weftSum));
+    REQUIRE(reduceWithIsa(isa, out, a, b, 40, weftInt32, weftNumOps));
+    REQUIRE(reduceWithIsa(isa, out, a, b, 40, weftInt32, static_cast<weftRedOp_t>(7)));
+    REQUIRE(divideWithIsa(isa, out, a, 40, weftNumTypes, 2));
+    CHECK(std::all_of(std::begin(out), std::end(out), [](int32_t v) { return v == -1; }));
+  }
+}
+
+TEST_CASE("the dispatcher picks the best supported ISA unless WEFT_CPU_ISA names another",
+          "[dispatch]") {
+  const char* best = "scalar";
+  for (const char* isa : kCpuIsas) {
+    if (isaSupported(isa)) best = isa;
+  }
+  INFO("best supported: " << best);
+  CHECK(isaSupported("scalar"));
+  CHECK_FALSE(isaSupported("sse9"));
+  CHECK_FALSE(isaSupported(nullptr));
+  CHECK(std::string(selectIsa(nullptr)) == best);
+  CHECK(std::string(selectIsa("")) == best);
+  CHECK(std::string(selectIsa("no-such-isa")) == best);
+  CHECK(std::string(selectIsa("AVX2")) == best);  // names are case-sensitive
+  for (const char* isa : kCpuIsas) {
+    CHECK(std::string(selectIsa(isa)) == (isaSupported(isa) ? isa : best));
+  }
+  const char* requested = std::getenv("WEFT_CPU_ISA");
+  CHECK(std::string(activeIsa()) == selectIsa(requested));
+  if (requested != nullptr && isaSupported(requested)) CHECK(std::string(activeIsa()) == requested);
+
+  // reduce() goes through the active implementation; an unknown name does nothing.
+  const float a[3] = {1, 2, 3}, b[3] = {4, 5, 6};
+  float out[3] = {0, 0, 0};
+  reduce(out, a, b, 3, weftFloat32, weftSum);
+  CHECK((out[0] == 5 && out[1] == 7 && out[2] == 9));
+  CHECK_FALSE(reduceWithIsa("no-such-isa", out, a, b, 3, weftFloat32, weftProd));
+  CHECK_FALSE(divideWithIsa("no-such-isa", out, a, 3, weftFloat32, 2));
+  CHECK(out[0] == 5);
+  for (const char* isa : kCpuIsas) {
+    if (isaSupported(isa)) continue;
+    CHECK_FALSE(reduceWithIsa(isa, out, a, b, 3, weftFloat32, weftProd));
+    CHECK(out[0] == 5);
+  }
+}
