@@ -15,11 +15,19 @@
 #include <vector>
 
 #include "util/status.h"
+#include "weft/weft.h"
 
 namespace weft::transport {
 
 // Identifies a posted operation; increases by one per post in each direction.
 using RequestId = uint64_t;
+
+// What a fused receive-and-reduce computes: dst = local op incoming, element by element.
+struct ReduceSpec {
+  weftDataType_t type;
+  weftRedOp_t op;  // Sum, Prod, Max or Min
+  size_t elementSize;
+};
 
 class Connection {
  public:
@@ -28,6 +36,15 @@ class Connection {
   // The buffer must stay valid and untouched until the request completes.
   virtual Status postSend(const void* data, size_t bytes, RequestId* id) = 0;
   virtual Status postRecv(void* data, size_t bytes, RequestId* id) = 0;
+
+  // A receive that lands as dst = local op incoming, reduced straight out of the transport's
+  // staging memory instead of being copied out first. Counts as a receive (same ordering and
+  // matching). Only where supportsRecvReduce(); schedules use it only then.
+  virtual bool supportsRecvReduce() const { return false; }
+  virtual Status postRecvReduce(void* /*dst*/, const void* /*local*/, size_t /*bytes*/, const ReduceSpec& /*spec*/,
+                                RequestId* /*id*/) {
+    return Status(weftInternalError, std::string(kind()) + " connections cannot reduce on receipt");
+  }
 
   // Moves whatever can move without blocking; sets *progressed when any byte moved.
   virtual Status progress(bool* progressed) = 0;

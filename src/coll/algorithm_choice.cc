@@ -65,13 +65,14 @@ Schedule build(const AllReduceShape& shape, AllReduceAlgorithm algorithm, const 
 
 const Schedule& ScheduleCache::allReduce(const AllReduceShape& shape, AllReduceAlgorithm algorithm,
                                          const TuningConfig& config) {
-  Key key{static_cast<int>(algorithm), shape.count, shape.elementSize, shape.inPlace, shape.average};
+  Key key{static_cast<int>(algorithm), shape.count, shape.elementSize, shape.inPlace, shape.average, shape.recvReduce};
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return *it->second;
   if (schedules_.size() >= kMaxEntries) schedules_.clear();
   auto schedule = std::make_unique<Schedule>(build(shape, algorithm, config));
-  WEFT_INFO("all-reduce of %zu bytes on %d ranks: %s (%zu steps)", shape.count * shape.elementSize, shape.nranks,
-            algorithmName(algorithm), schedule->steps.size());
+  WEFT_INFO("all-reduce of %zu bytes on %d ranks: %s%s (%zu steps)", shape.count * shape.elementSize, shape.nranks,
+            algorithmName(algorithm), shape.recvReduce && algorithm == AllReduceAlgorithm::Ring ? ", reduce on receipt" : "",
+            schedule->steps.size());
   return *schedules_.emplace(key, std::move(schedule)).first->second;
 }
 

@@ -34,7 +34,7 @@ class ScheduleCache {
   const Schedule& allReduce(const AllReduceShape& shape, AllReduceAlgorithm algorithm, const TuningConfig& config);
 
  private:
-  using Key = std::tuple<int, size_t, size_t, bool, bool>;
+  using Key = std::tuple<int, size_t, size_t, bool, bool, bool>;
   static constexpr size_t kMaxEntries = 64;
   std::map<Key, std::unique_ptr<Schedule>> schedules_;
 };

@@ -91,7 +91,7 @@ class Run {
 
   Status markReady(uint32_t step) {
     const Step& st = s_.steps[step];
-    if (st.kind == StepKind::Send || st.kind == StepKind::Recv) {
+    if (st.kind == StepKind::Send || st.kind == StepKind::Recv || st.kind == StepKind::RecvReduce) {
       ready_[step] = 1;
       return postInOrder(static_cast<size_t>(st.peerSlot));
     }
@@ -122,8 +122,14 @@ class Run {
     const auto& recvs = s_.recvOrder[p];
     while (peer.recvCursor < recvs.size() && ready_[recvs[peer.recvCursor]]) {
       uint32_t step = recvs[peer.recvCursor++];
+      const Step& st = s_.steps[step];
       transport::RequestId id;
-      WEFT_TRY(peer.connection->postRecv(address(s_.steps[step].dst), s_.steps[step].bytes, &id));
+      if (st.kind == StepKind::RecvReduce) {
+        WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes,
+                                                 {ctx_.type, reduceOp_, kernels::dataTypeSize(ctx_.type)}, &id));
+      } else {
+        WEFT_TRY(peer.connection->postRecv(address(st.dst), st.bytes, &id));
+      }
       peer.postedRecvs.emplace_back(id, step);
     }
     return Status::ok();

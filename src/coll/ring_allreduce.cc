@@ -64,9 +64,13 @@ Schedule buildRingAllReduce(const AllReduceShape& shape, size_t chunkBytes, int 
       }
       if (c < layout.chunks(recvBlock)) {
         const size_t elements = layout.chunkElements(recvBlock, c);
-        const Region slot{Buffer::Scratch, (nextSlot++ % slotCount) * chunkElements * esize};
-        b.recv(prev, slot, elements * esize);
-        b.reduce(at(Buffer::Recv, recvBlock, c), at(Buffer::Send, recvBlock, c), slot, elements, esize);
+        if (shape.recvReduce) {
+          b.recvReduce(prev, at(Buffer::Recv, recvBlock, c), at(Buffer::Send, recvBlock, c), elements, esize);
+        } else {
+          const Region slot{Buffer::Scratch, (nextSlot++ % slotCount) * chunkElements * esize};
+          b.recv(prev, slot, elements * esize);
+          b.reduce(at(Buffer::Recv, recvBlock, c), at(Buffer::Send, recvBlock, c), slot, elements, esize);
+        }
         if (shape.average && s == n - 2) b.divide(at(Buffer::Recv, recvBlock, c), elements, esize);
       }
     }

@@ -21,6 +21,7 @@ struct Region {
 enum class StepKind : uint8_t {
   Send,    // bytes from `src` to `peer`
   Recv,    // bytes from `peer` into `dst`
+  RecvReduce,  // `elements` from `peer`, landing as dst = src op incoming (a Recv for ordering)
   Reduce,  // dst = src op src2, `elements` of them; dst may equal src or src2
   Copy,    // bytes from `src` to `dst`
   Divide,  // dst = dst / nranks (Avg's last step), `elements` of them

@@ -84,6 +84,16 @@ uint32_t ScheduleBuilder::recv(int peer, Region dst, size_t bytes) {
   return id;
 }
 
+uint32_t ScheduleBuilder::recvReduce(int peer, Region dst, Region local, size_t elements, size_t elementSize) {
+  size_t bytes = elements * elementSize;
+  uint32_t id = add({.kind = StepKind::RecvReduce, .peer = peer, .dst = dst, .src = local, .bytes = bytes,
+                     .elements = elements});
+  read(id, local, bytes);
+  write(id, dst, bytes);
+  peerOrder(recvOrder_, peer).push_back(id);
+  return id;
+}
+
 uint32_t ScheduleBuilder::reduce(Region dst, Region a, Region b, size_t elements, size_t elementSize) {
   uint32_t id = add({.kind = StepKind::Reduce, .dst = dst, .src = a, .src2 = b, .elements = elements});
   size_t bytes = elements * elementSize;

@@ -56,7 +56,13 @@ Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t coun
   if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
   const size_t elementSize = kernels::dataTypeSize(type);
   const size_t bytes = count * elementSize;
-  const coll::AllReduceShape shape{size(), rank(), count, elementSize, sendbuff == recvbuff, op == weftAvg};
+  const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
+  coll::AllReduceShape shape{size(), rank(), count, elementSize, sendbuff == recvbuff, op == weftAvg};
+  if (size() > 1 && bytes > 0) {
+    WEFT_TRY(fail(mesh_.connectAll(deadline).withContext("all-reduce")));
+    WEFT_ASSIGN_OR_RETURN(transport::Connection * fromPrev, mesh_.connection((rank() + size() - 1) % size(), deadline));
+    shape.recvReduce = fromPrev->supportsRecvReduce();
+  }
   const coll::AllReduceAlgorithm algorithm = coll::chooseAllReduce(tuning_, bytes, size());
   const coll::Schedule& schedule = schedules_.allReduce(shape, algorithm, tuning_);
   void* scratchBuffer = scratch(schedule.scratchBytes);
@@ -64,7 +70,7 @@ Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t coun
     return Status(weftSystemError, formatString("all-reduce: out of memory for %zu bytes of scratch", schedule.scratchBytes));
   }
   coll::ExecutionBuffers buffers{sendbuff, recvbuff, scratchBuffer};
-  coll::ExecutionContext context{type, op, size(), "all-reduce", Deadline::afterMs(config_.timeoutMs),
+  coll::ExecutionContext context{type, op, size(), "all-reduce", deadline,
                                  config_.timeoutMs, abortFlag_, &mesh_};
   return fail(coll::executeSchedule(schedule, buffers, context));
 }

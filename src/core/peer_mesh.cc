@@ -35,10 +35,7 @@ Result<transport::Connection*> PeerMesh::connection(int peer, const Deadline& de
   if (peer < 0 || peer >= size() || peer == rank_) {
     return Status(weftInternalError, formatString("no connection from rank %d to rank %d", rank_, peer));
   }
-  if (!connected_) {
-    WEFT_TRY(connectAll(deadline));
-    connected_ = true;
-  }
+  WEFT_TRY(connectAll(deadline));
   return connections_[static_cast<size_t>(peer)].get();
 }
 
@@ -46,11 +43,13 @@ Result<transport::Connection*> PeerMesh::connection(int peer, const Deadline& de
 // so pairs are taken in one global order, by (higher rank, lower rank): the earliest pair not
 // yet done always has both of its ranks working on it, so no cycle of waits can form.
 Status PeerMesh::connectAll(const Deadline& deadline) {
+  if (connected_) return Status::ok();
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank_ || connections_[static_cast<size_t>(peer)]) continue;
     Status made = rank_ < peer ? connectTo(peer, deadline) : acceptFrom(peer, deadline);
     if (!made.isOk()) return made.withContext("connecting to " + describe(peer));
   }
+  connected_ = true;
   return Status::ok();
 }
 

@@ -21,6 +21,8 @@ class PeerMesh final : public coll::ConnectionProvider {
            const transport::ShmOptions& shm, const std::atomic<bool>* abortFlag);
 
   Result<transport::Connection*> connection(int peer, const Deadline& deadline) override;
+  // Connects every pair (once; later calls return at once). Collective: all ranks call it.
+  Status connectAll(const Deadline& deadline);
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(peers_.size()); }
@@ -29,7 +31,6 @@ class PeerMesh final : public coll::ConnectionProvider {
   std::string describe(int rank) const override;
 
  private:
-  Status connectAll(const Deadline& deadline);
   Status connectTo(int peer, const Deadline& deadline);
   Status acceptFrom(int peer, const Deadline& deadline);
   Status acceptAndSort(const Deadline& deadline);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kernels/cpu/reduce.h"
+
 namespace weft::transport {
 
 using shm::SlotHeader;
@@ -24,6 +26,16 @@ Status ShmConnection::postSend(const void* data, size_t bytes, RequestId* id) {
 
 Status ShmConnection::postRecv(void* data, size_t bytes, RequestId* id) {
   recvs_.push_back(PendingRecv{static_cast<char*>(data), bytes});
+  *id = recvsPosted_++;
+  return Status::ok();
+}
+
+Status ShmConnection::postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec,
+                                     RequestId* id) {
+  PendingRecv recv{static_cast<char*>(dst), bytes};
+  recv.local = static_cast<const char*>(local);
+  recv.spec = spec;
+  recvs_.push_back(recv);
   *id = recvsPosted_++;
   return Status::ok();
 }
@@ -134,10 +146,22 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
                                static_cast<unsigned long long>(h.messageBytes)));
   }
   const size_t left = r.bytes - r.received;
-  if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left) {
-    std::memcpy(r.data + r.received, p_.in.payload(index), h.pieceBytes);
-  } else if (h.kind == SlotKind::Remote && !r.started && h.pieceBytes == r.bytes) {
-    WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, r.data, h.remoteAddress, r.bytes));
+  const bool whole = r.local == nullptr || h.pieceBytes % r.spec.elementSize == 0;
+  if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left && whole) {
+    if (r.local == nullptr) {
+      std::memcpy(r.data + r.received, p_.in.payload(index), h.pieceBytes);
+    } else {  // reduce straight out of the slot: no copy out of shared memory first
+      kernels::reduce(r.data + r.received, r.local + r.received, p_.in.payload(index),
+                      h.pieceBytes / r.spec.elementSize, r.spec.type, r.spec.op);
+    }
+  } else if (h.kind == SlotKind::Remote && !r.started && h.pieceBytes == r.bytes && whole) {
+    if (r.local == nullptr) {
+      WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, r.data, h.remoteAddress, r.bytes));
+    } else {
+      if (bounce_.size() < r.bytes) bounce_.resize(r.bytes);
+      WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, bounce_.data(), h.remoteAddress, r.bytes));
+      kernels::reduce(r.data, r.local, bounce_.data(), r.bytes / r.spec.elementSize, r.spec.type, r.spec.op);
+    }
   } else {
     return Status(weftRemoteError, formatString("rank %d (%s) wrote a corrupt shared-memory slot", p_.peerRank,
                                                 p_.peerName.c_str()));

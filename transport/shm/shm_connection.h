@@ -34,6 +34,8 @@ class ShmConnection final : public Connection {
 
   Status postSend(const void* data, size_t bytes, RequestId* id) override;
   Status postRecv(void* data, size_t bytes, RequestId* id) override;
+  bool supportsRecvReduce() const override { return true; }
+  Status postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec, RequestId* id) override;
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sendsCompleted_; }
   RequestId completedRecvs() const override { return recvsCompleted_; }
@@ -58,6 +60,8 @@ class ShmConnection final : public Connection {
     size_t bytes;
     size_t received = 0;
     bool started = false;
+    const char* local = nullptr;  // set: data = local op incoming (postRecvReduce)
+    ReduceSpec spec{};
   };
 
   Status progressSends(bool* progressed);
@@ -74,6 +78,7 @@ class ShmConnection final : public Connection {
   RequestId recvsPosted_ = 0, recvsCompleted_ = 0;
   uint64_t outHead_ = 0;  // our copy of out.head (we are its only writer)
   uint64_t inTail_ = 0;   // our copy of in.tail (we are its only writer)
+  std::vector<char> bounce_;  // a remote-read message that must be reduced, not just landed
   bool checkControl_ = false;
   bool peerClosed_ = false;
 };

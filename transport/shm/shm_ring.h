@@ -1,8 +1,9 @@
 // The layout of one direction of a shared-memory connection: a single-producer/single-consumer
 // ring of slots in a segment the sender creates. Counters and sleep flags sit on their own cache
-// lines. A slot carries either a piece of a message (copied through the ring) or, for large
-// messages, the address of the sender's buffer, which the receiver reads with one
-// process_vm_readv straight into its destination (one copy instead of two).
+// lines. A slot carries either a piece of a message (copied through the ring, which stays in the
+// shared cache; a fused receive-and-reduce reads it straight out of the slot) or, when enabled,
+// the address of the sender's buffer, which the receiver reads with one process_vm_readv straight
+// into its destination.
 #pragma once
 
 #include <atomic>

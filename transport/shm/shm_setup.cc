@@ -61,7 +61,7 @@ bool probeRemoteRead(pid_t pid, const ShmOffer& offer) {
 
 bool offerIsSane(const ShmOffer& o) {
   return o.magic == kOfferMagic && o.version == kSetupVersion && o.status <= kFailed && o.slots >= 2 &&
-         o.slots <= 4096 && o.slotBytes >= 64 && o.slotBytes <= (64u << 20) &&
+         o.slots <= 4096 && o.slotBytes >= 64 && o.slotBytes <= (64u << 20) && o.slotBytes % 64 == 0 &&
          std::memchr(o.name, '\0', sizeof(o.name)) != nullptr;
 }
 
@@ -96,8 +96,9 @@ Result<ShmOptions> shmOptionsFromEnv() {
   if (slots) options.slots = static_cast<uint32_t>(*slots);
   if (auto text = envString("WEFT_SHM_SLOT_BYTES")) {
     auto bytes = parseByteSize(*text);
-    if (!bytes || *bytes < 64 || *bytes > (64u << 20)) {
-      return Status(weftInvalidArgument, "WEFT_SHM_SLOT_BYTES=\"" + *text + "\": expected 64 to 64M bytes");
+    if (!bytes || *bytes < 64 || *bytes > (64u << 20) || *bytes % 64 != 0) {
+      return Status(weftInvalidArgument,
+                    "WEFT_SHM_SLOT_BYTES=\"" + *text + "\": expected a multiple of 64 from 64 to 64M bytes");
     }
     options.slotBytes = static_cast<uint32_t>(*bytes);
   }

@@ -25,8 +25,10 @@ struct ShmOptions {
   uint32_t slots = 16;
   uint32_t slotBytes = 64 * 1024;
   // Messages at least this large are read straight from the sender's buffer with
-  // process_vm_readv (one copy); smaller ones are copied through the ring.
-  size_t remoteReadMinBytes = 64 * 1024;
+  // process_vm_readv; the others are copied through the ring. Off by default: the ring stays in
+  // the shared cache, and the receiver reduces straight out of it (postRecvReduce), so the ring
+  // moved more data per second than process_vm_readv's page pinning on every machine we tried.
+  size_t remoteReadMinBytes = SIZE_MAX;
 };
 
 // WEFT_TRANSPORT=socket|shm (unset: shm between ranks on one host), WEFT_SHM_DISABLE=1,
