@@ -1,0 +1,74 @@
+// Socket plumbing without processes: WEFT_SOCKET_IFNAME's NCCL syntax, address parsing and
+// the wire form of addresses (including what a hostile peer could put there).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "transport/socket/interface_select.h"
+#include "transport/socket/socket_util.h"
+
+using namespace weft;
+using namespace weft::transport;
+
+TEST_CASE("WEFT_SOCKET_IFNAME: prefixes, exclusion and exact names, as NCCL_SOCKET_IFNAME", "[socket]") {
+  auto prefixes = InterfaceFilter::parse("eth,ib");
+  CHECK(prefixes.matches("eth0"));
+  CHECK(prefixes.matches("ib1"));
+  CHECK_FALSE(prefixes.matches("lo"));
+  CHECK_FALSE(prefixes.matches("veth3"));
+
+  auto exclude = InterfaceFilter::parse("^docker,lo");
+  CHECK(exclude.matches("eth0"));
+  CHECK_FALSE(exclude.matches("docker0"));
+  CHECK_FALSE(exclude.matches("lo"));
+
+  auto exact = InterfaceFilter::parse("=eth0");
+  CHECK(exact.matches("eth0"));
+  CHECK_FALSE(exact.matches("eth01"));
+
+  auto excludeExact = InterfaceFilter::parse("^=eth0,eth1");
+  CHECK_FALSE(excludeExact.matches("eth0"));
+  CHECK_FALSE(excludeExact.matches("eth1"));
+  CHECK(excludeExact.matches("eth10"));
+
+  auto withPort = InterfaceFilter::parse("=veth-a:1234");  // NCCL allows a port after the name
+  CHECK(withPort.matches("veth-a"));
+
+  auto empty = InterfaceFilter::parse("");
+  CHECK_FALSE(empty.matches("eth0"));
+}
+
+TEST_CASE("socket addresses parse, print and cross the wire", "[socket]") {
+  auto v4 = SocketAddress::parse("127.0.0.1:29500");
+  REQUIRE(v4.isOk());
+  CHECK(v4.value().port() == 29500);
+  CHECK(v4.value().isLoopback());
+  CHECK(v4.value().toString() == "127.0.0.1:29500");
+  auto back = fromWire(toWire(v4.value()));
+  REQUIRE(back.isOk());
+  CHECK(back.value().toString() == "127.0.0.1:29500");
+
+  auto v6 = SocketAddress::parse("[::1]:7");
+  REQUIRE(v6.isOk());
+  CHECK(v6.value().toString() == "[::1]:7");
+  CHECK(fromWire(toWire(v6.value())).value().toString() == "[::1]:7");
+
+  CHECK_FALSE(SocketAddress::parse("127.0.0.1:99999").isOk());
+  CHECK_FALSE(SocketAddress::parse("no-such-host.invalid:1").isOk());
+
+  WireAddress garbage;
+  std::memset(&garbage, 0xff, sizeof(garbage));
+  auto bad = fromWire(garbage);
+  CHECK_FALSE(bad.isOk());
+  CHECK(bad.status().code() != weftSuccess);
+}
+
+TEST_CASE("secrets compare in constant time and exactly", "[socket]") {
+  unsigned char a[32] = {}, b[32] = {};
+  CHECK(constantTimeEqual(a, b, sizeof(a)));
+  b[31] = 1;
+  CHECK_FALSE(constantTimeEqual(a, b, sizeof(a)));
+  b[31] = 0;
+  b[0] = 0x80;
+  CHECK_FALSE(constantTimeEqual(a, b, sizeof(a)));
+}
