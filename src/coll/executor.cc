@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -12,8 +13,13 @@
 namespace weft::coll {
 namespace {
 
-constexpr int kSpinRounds = 200;    // idle rounds before sleeping in poll()
-constexpr int kMaxSleepMs = 50;     // so abort and the deadline are seen promptly
+// Waiting spins (yielding the core after the first few rounds) for up to kSpinTime without
+// progress before it sleeps in poll(). Waking a sleeping process costs hundreds of microseconds
+// on some virtual machines, and a short spin makes both sides of an exchange sleep in turn, so
+// the spin must outlast a typical peer delay by a wide margin.
+constexpr auto kSpinTime = std::chrono::milliseconds(2);
+constexpr int kBusyRounds = 16;  // idle rounds before spinning starts to yield the core
+constexpr int kMaxSleepMs = 50;  // so abort and the deadline are seen promptly
 
 struct PeerState {
   transport::Connection* connection = nullptr;
@@ -45,6 +51,7 @@ class Run {
       if (remaining_[i] == 0) WEFT_TRY(markReady(i));
     }
     int idleRounds = 0;
+    std::chrono::steady_clock::time_point idleSince;
     while (completed_ < s_.steps.size()) {
       bool progressed = false;
       while (!computeQueue_.empty()) {
@@ -60,8 +67,11 @@ class Run {
         continue;
       }
       WEFT_TRY(checkStillAllowed());
-      if (++idleRounds < kSpinRounds) {
-        if (idleRounds > 8) sched_yield();
+      if (++idleRounds <= kBusyRounds) continue;
+      auto now = std::chrono::steady_clock::now();
+      if (idleRounds == kBusyRounds + 1) idleSince = now;
+      if (now - idleSince < kSpinTime) {
+        sched_yield();
         continue;
       }
       WEFT_TRY(sleepUntilReady());

@@ -64,7 +64,8 @@ Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
                   formatString("cannot reserve %zu bytes of shared memory in /dev/shm (%zu free): %s", bytes,
                                shmFreeBytes(), errnoString(err).c_str()));
   }
-  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  // MAP_POPULATE: map every page now, so the first messages through the ring take no faults.
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (data == MAP_FAILED) return Status(weftSystemError, "mmap of " + segment.name_ + ": " + errnoString(errno));
   segment.data_ = data;
   segment.bytes_ = bytes;
@@ -84,7 +85,7 @@ Result<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes) {
                   formatString("shared memory %s is not the peer's private segment (owner %u, mode %o, %lld bytes)",
                                name.c_str(), st.st_uid, st.st_mode & 0777, static_cast<long long>(st.st_size)));
   }
-  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (data == MAP_FAILED) return Status(weftSystemError, "mmap of " + name + ": " + errnoString(errno));
   ShmSegment segment;
   segment.name_ = name;
