@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""Joins weft-perf, mpi-allreduce-bench and mem-bound-probe JSON output into side-by-side tables.
+
+Called by `bench/compare --peer mpi`; usable on its own:
+
+    bench/compare_mpi_table.py --run 2 weft2.json mpi2.json probe2.json \\
+        [--run 4 weft4.json mpi4.json probe4.json] [--record-dir bench/results]
+
+The all-reduce inputs use weft-perf's -J schema (see compare_table.py, whose readers this
+script reuses); the probe input is mem-bound-probe's -J array of
+    {"size": B, "nprocs": n, "copy_gbps": x, "sum_gbps": y, "sum_touched_gbps": 3y}
+(per-process GB/s with n processes running at once, minimum over processes). The memory bound
+for busbw is copy_gbps at the same size (see bench/mem_bound_probe.cc).
+
+Each --run is one rank count and gets its own table and verdicts. Targets (reported, never
+enforced through the exit status):
+  * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
+  * Weft's busbw >= 70% of the memory bound at every size >= 16 MiB;
+  * Weft's 8-byte time <= Open MPI's.
+
+Exit status: 0 when the inputs were read and no row reports wrong elements (whether or not
+the targets were met), 1 when an input cannot be used or a data check failed, 2 for bad usage.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+from compare_table import InputError, fmt, fmt_bw, human_size, load_rows, metric, wrong_rows
+
+MIB = 1 << 20
+BUSBW_TARGET_MIN_SIZE = MIB
+BUSBW_TARGET_RATIO = 2.0
+BOUND_TARGET_MIN_SIZE = 16 * MIB
+BOUND_TARGET_FRACTION = 0.70
+LATENCY_SIZE = 8
+
+
+def warn(message):
+    print(f"compare_mpi_table: warning: {message}", file=sys.stderr)
+
+
+def load_probe(path):
+    """Returns {size: copy GB/s} from mem-bound-probe's JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read probe results {path}: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise InputError(f"probe results {path} are not valid JSON: {e}") from e
+    if not isinstance(data, list):
+        raise InputError(f"probe results {path}: expected a JSON array of rows")
+    bound = {}
+    for index, row in enumerate(data):
+        try:
+            size, copy = int(row["size"]), row["copy_gbps"]
+            if isinstance(copy, bool) or not isinstance(copy, (int, float)):
+                raise TypeError("copy_gbps is not a number")
+        except (KeyError, TypeError, ValueError) as e:
+            warn(f"probe row {index} skipped: malformed ({e!r})")
+            continue
+        bound.setdefault(size, float(copy))
+    if not bound:
+        warn(f"probe results {path} hold no rows")
+    return bound
+
+
+def join(weft, mpi, bound, placement):
+    """One dict per all-reduce size present on either side, in size order."""
+    table = []
+    for size in sorted(set(weft) | set(mpi)):
+        w, m = weft.get(size), mpi.get(size)
+        e = {
+            "size": size,
+            "weft_time": metric(w, placement, "time_us"),
+            "mpi_time": metric(m, placement, "time_us"),
+            "weft_busbw": metric(w, placement, "busbw"),
+            "mpi_busbw": metric(m, placement, "busbw"),
+            "bound": bound.get(size),
+        }
+        wb, mb, b = e["weft_busbw"], e["mpi_busbw"], e["bound"]
+        e["ratio"] = wb / mb if wb is not None and mb else None
+        e["of_bound"] = wb / b if wb is not None and b else None
+        table.append(e)
+    return table
+
+
+def threshold_verdict(table, min_size, value_key, need, what):
+    """MET when e[value_key] >= need at every size >= min_size (None counts as missing)."""
+    big = [e for e in table if e["size"] >= min_size]
+    if not big:
+        return "NO DATA", f"no size >= {human_size(min_size)} in the sweep"
+    missing = [e for e in big if e[value_key] is None]
+    below = [e for e in big if e[value_key] is not None and e[value_key] < need]
+    if below:
+        sizes = ", ".join(f"{human_size(e['size'])} ({e[value_key]:.2f})" for e in below)
+        return "MISSED", f"{what} below {need:g} at {sizes}"
+    if missing:
+        sizes = ", ".join(human_size(e["size"]) for e in missing)
+        return "INCOMPLETE", f"met where data exists, but no data for {sizes}"
+    worst = min(big, key=lambda e: e[value_key])
+    return "MET", (f"{len(big)} sizes from {human_size(big[0]['size'])} to "
+                   f"{human_size(big[-1]['size'])}; lowest {what} {worst[value_key]:.2f} at "
+                   f"{human_size(worst['size'])}")
+
+
+def latency_verdict(table):
+    e = next((e for e in table if e["size"] == LATENCY_SIZE), None)
+    if e is None or e["weft_time"] is None or not e["mpi_time"]:
+        return "NO DATA", f"the {LATENCY_SIZE}-byte row is missing on one side or both"
+    ratio = e["weft_time"] / e["mpi_time"]
+    detail = (f"Weft {e['weft_time']:.2f} us, Open MPI {e['mpi_time']:.2f} us, "
+              f"ratio {ratio:.2f} (target <= 1)")
+    return ("MET" if ratio <= 1.0 else "MISSED"), detail
+
+
+def verdicts_of(table):
+    return [
+        ("busbw >= 2x Open MPI at every size >= 1 MiB",
+         *threshold_verdict(table, BUSBW_TARGET_MIN_SIZE, "ratio", BUSBW_TARGET_RATIO,
+                            "Weft/MPI busbw ratio")),
+        ("busbw >= 70% of the memory bound at every size >= 16 MiB",
+         *threshold_verdict(table, BOUND_TARGET_MIN_SIZE, "of_bound", BOUND_TARGET_FRACTION,
+                            "busbw/bound")),
+        ("8-byte time <= Open MPI's", *latency_verdict(table)),
+    ]
+
+
+COLUMNS = ("size", "weft time (us)", "mpi time (us)", "weft busbw (GB/s)", "mpi busbw (GB/s)",
+           "busbw ratio", "bound (GB/s)", "weft / bound")
+
+
+def table_cells(table):
+    return [(human_size(e["size"]), fmt(e["weft_time"]), fmt(e["mpi_time"]),
+             fmt_bw(e["weft_busbw"]), fmt_bw(e["mpi_busbw"]), fmt(e["ratio"]),
+             fmt_bw(e["bound"]), fmt(e["of_bound"]))
+            for e in table]
+
+
+def text_table(table):
+    cells = table_cells(table)
+    widths = [max(len(c[i]) for c in [COLUMNS] + cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def markdown_table(table):
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---:|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_cells(table)]
+    return "\n".join(lines)
+
+
+def command_output(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def machine_lines():
+    model = None
+    for line in (command_output(["lscpu"]) or "").splitlines():
+        if line.startswith("Model name:"):
+            model = line.split(":", 1)[1].strip()
+            break
+    try:
+        nproc = len(os.sched_getaffinity(0))
+    except AttributeError:
+        nproc = os.cpu_count()
+    uname = command_output(["uname", "-a"]) or " ".join(platform.uname())
+    return [f"- `uname -a`: {uname}", f"- CPU (lscpu model name): {model or 'unknown'}",
+            f"- nproc: {nproc}"]
+
+
+def write_record(args, sections):
+    today = datetime.date.today().isoformat()
+    suffix = "-quick" if args.quick else ""
+    path = os.path.join(args.record_dir, f"{today}-allreduce-vs-openmpi{suffix}.md")
+    placement = "out-of-place" if args.placement == "oop" else "in-place"
+    commands = [c for c in [args.compare_cmd] + (args.cmd or []) if c]
+    lines = [
+        f"# All-reduce: Weft over shm vs Open MPI, {today}{' (quick sweep)' if args.quick else ''}",
+        "",
+        "Ranks on one machine, float32 sum. Weft runs with WEFT_TRANSPORT=shm; Open MPI runs "
+        "MPI_Allreduce with its defaults (coll/tuned over the vader shared-memory BTL). Times "
+        f"are per iteration, {placement}, the maximum over ranks; busbw = algbw * 2(n-1)/n in "
+        "GB/s; ratio = Weft busbw / Open MPI busbw. bound = the all-reduce memory bound from "
+        "mem-bound-probe in the same run: per-process memcpy bandwidth at that size with n "
+        "processes copying at once (see bench/mem_bound_probe.cc); weft / bound = Weft busbw / "
+        "bound. Each rank count is a separate section; with more ranks than cores the ranks "
+        "share cores (oversubscribed), and the probe measures under the same sharing.",
+        "",
+        "## Machine",
+        "",
+        *machine_lines(),
+        *([f"- Load average before the runs: {args.loadavg}"] if args.loadavg else []),
+        *([f"- Load average after the runs: {args.loadavg_after}"] if args.loadavg_after else []),
+        f"- Weft revision: {args.commit or 'unknown'}",
+        "",
+        "## Commands",
+        "",
+        "```",
+        *commands,
+        "```",
+        "",
+        *(["$WORK is a scratch directory that bench/compare removes afterwards.", ""]
+          if any("$WORK" in c for c in commands) else []),
+    ]
+    for nranks, table, verdicts in sections:
+        oversubscribed = nranks > (os.cpu_count() or nranks)
+        lines += [
+            f"## {nranks} ranks{' (oversubscribed)' if oversubscribed else ''}",
+            "",
+            "Targets:",
+            "",
+            *[f"- {name}: **{status}** ({detail})" for name, status, detail in verdicts],
+            "",
+            markdown_table(table),
+            "",
+        ]
+    os.makedirs(args.record_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", nargs=4, action="append", required=True,
+                        metavar=("NRANKS", "WEFT_JSON", "MPI_JSON", "PROBE_JSON"),
+                        help="one rank count's weft-perf, mpi-allreduce-bench and "
+                             "mem-bound-probe -J outputs (repeatable)")
+    parser.add_argument("--placement", choices=("oop", "ip"), default="oop",
+                        help="which timing to compare (default: out-of-place)")
+    parser.add_argument("--record-dir", help="write YYYY-MM-DD-allreduce-vs-openmpi.md here")
+    parser.add_argument("--quick", action="store_true",
+                        help="the runs used the quick sweep (recorded with a -quick suffix)")
+    parser.add_argument("--compare-cmd", help="the bench/compare command line, for the record")
+    parser.add_argument("--cmd", action="append", help="a benchmark command line, for the "
+                        "record (repeatable, in run order)")
+    parser.add_argument("--commit", help="Weft revision, for the record")
+    parser.add_argument("--loadavg", help="/proc/loadavg before the runs, for the record")
+    parser.add_argument("--loadavg-after", help="/proc/loadavg after the runs, for the record")
+    args = parser.parse_args(argv)
+
+    sections = []
+    bad = []
+    for nranks_text, weft_path, mpi_path, probe_path in args.run:
+        try:
+            nranks = int(nranks_text)
+        except ValueError:
+            parser.error(f"--run: '{nranks_text}' is not a rank count")
+        try:
+            weft = load_rows(weft_path, f"weft ({nranks} ranks)")
+            mpi = load_rows(mpi_path, f"mpi ({nranks} ranks)")
+            bound = load_probe(probe_path)
+        except InputError as e:
+            print(f"compare_mpi_table: {e}", file=sys.stderr)
+            return 1
+        table = join(weft, mpi, bound, args.placement)
+        missing = [human_size(e["size"]) for e in table if e["bound"] is None]
+        if missing:
+            warn(f"{nranks} ranks: no probe bound for {', '.join(missing)}")
+        verdicts = verdicts_of(table)
+        sections.append((nranks, table, verdicts))
+        bad += wrong_rows(weft, f"weft ({nranks} ranks)") + wrong_rows(mpi, f"mpi ({nranks} ranks)")
+
+        print(f"-- {nranks} ranks (Weft over shm vs Open MPI, "
+              f"{'out-of-place' if args.placement == 'oop' else 'in-place'})")
+        print(text_table(table))
+        print()
+        for name, status, detail in verdicts:
+            print(f"target ({nranks} ranks): {name}: {status} ({detail})")
+        print()
+
+    for line in bad:
+        print(f"compare_mpi_table: data check FAILED: {line}", file=sys.stderr)
+    if bad:
+        return 1
+    if args.record_dir:
+        print(f"recorded {write_record(args, sections)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
