@@ -42,13 +42,7 @@ constexpr size_t kGuardBytes = 4096;    // poisoned bytes after the output, chec
 constexpr unsigned char kPoison = 0xA5;  // 0xA5A5A5A5 is no sum of small integers
 constexpr int kHostSlotBytes = 256;
 
-struct Options {
-  weftperf::Sweep sweep;
-  long iters = 20;
-  long warmupIters = 5;
-  bool check = true;
-  std::string jsonPath;
-};
+using Options = weftperf::CommonOptions;
 
 void printUsage() {
   std::printf(
@@ -98,58 +92,15 @@ int parseArgs(int argc, char** argv, Options* options) {
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
-  weftperf::Sweep& sweep = options->sweep;
-  bool stepFactorGiven = false;
-  bool stepBytesGiven = false;
-  long value = 0;
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:J:h", kLongOptions, nullptr)) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
+    std::string error;
+    const int common = weftperf::parseCommonOption(c, arg, options, &error);
+    if (common < 0) return usageError("%s", error.c_str());
+    if (common > 0) continue;
     switch (c) {
-      case 'b':
-        if (!weftperf::parseSize(arg, &sweep.minBytes) || sweep.minBytes == 0) {
-          return usageError("-b: '%s' is not a size of at least 1 byte", arg.c_str());
-        }
-        break;
-      case 'e':
-        if (!weftperf::parseSize(arg, &sweep.maxBytes) || sweep.maxBytes == 0) {
-          return usageError("-e: '%s' is not a size of at least 1 byte", arg.c_str());
-        }
-        break;
-      case 'f':
-        if (!weftperf::parseInt(arg, 0, 1 << 20, &value)) {
-          return usageError("-f: '%s' is not a step factor (an integer >= 0)", arg.c_str());
-        }
-        sweep.stepFactor = static_cast<size_t>(value);
-        stepFactorGiven = true;
-        break;
-      case 'i':
-        if (!weftperf::parseSize(arg, &sweep.stepBytes) || sweep.stepBytes == 0) {
-          return usageError("-i: '%s' is not a size of at least 1 byte", arg.c_str());
-        }
-        stepBytesGiven = true;
-        break;
-      case 'n':
-        if (!weftperf::parseInt(arg, 1, 1000000000, &options->iters)) {
-          return usageError("-n: '%s' is not an iteration count >= 1", arg.c_str());
-        }
-        break;
-      case 'w':
-        if (!weftperf::parseInt(arg, 0, 1000000000, &options->warmupIters)) {
-          return usageError("-w: '%s' is not an iteration count >= 0", arg.c_str());
-        }
-        break;
-      case 'c':
-        if (!weftperf::parseInt(arg, 0, 1, &value)) {
-          return usageError("-c: '%s' is not 0 or 1", arg.c_str());
-        }
-        options->check = value == 1;
-        break;
-      case 'J':
-        if (arg.empty()) return usageError("-J: needs a file name");
-        options->jsonPath = arg;
-        break;
       case 'h':
         if (!weftperf::launcherSaysNotRankZero()) printUsage();
         return kExitOk;
@@ -161,10 +112,8 @@ int parseArgs(int argc, char** argv, Options* options) {
     }
   }
   if (optind < argc) return usageError("unexpected argument '%s'", argv[optind]);
-  if (stepBytesGiven && !stepFactorGiven) sweep.stepFactor = 0;
-  if (sweep.minBytes > sweep.maxBytes) {
-    return usageError("-b (%zu bytes) is larger than -e (%zu bytes)", sweep.minBytes,
-                      sweep.maxBytes);
+  if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
+    return usageError("%s", error.c_str());
   }
   return -1;
 }

@@ -60,6 +60,59 @@ std::string Sweep::describeStep() const {
                           : std::to_string(stepBytes) + "(bytes)";
 }
 
+int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, std::string* error) {
+  Sweep& sweep = options->sweep;
+  long value = 0;
+  auto bad = [&](const char* what) {
+    *error = std::string("-") + static_cast<char>(opt) + ": '" + arg + "' is not " + what;
+    return -1;
+  };
+  switch (opt) {
+    case 'b':
+      if (!parseSize(arg, &sweep.minBytes) || sweep.minBytes == 0) return bad("a size of at least 1 byte");
+      return 1;
+    case 'e':
+      if (!parseSize(arg, &sweep.maxBytes) || sweep.maxBytes == 0) return bad("a size of at least 1 byte");
+      return 1;
+    case 'f':
+      if (!parseInt(arg, 0, 1 << 20, &value)) return bad("a step factor (an integer >= 0)");
+      sweep.stepFactor = static_cast<size_t>(value);
+      options->stepFactorGiven = true;
+      return 1;
+    case 'i':
+      if (!parseSize(arg, &sweep.stepBytes) || sweep.stepBytes == 0) return bad("a size of at least 1 byte");
+      options->stepBytesGiven = true;
+      return 1;
+    case 'n':
+      if (!parseInt(arg, 1, 1000000000, &options->iters)) return bad("an iteration count >= 1");
+      return 1;
+    case 'w':
+      if (!parseInt(arg, 0, 1000000000, &options->warmupIters)) return bad("an iteration count >= 0");
+      return 1;
+    case 'c':
+      if (!parseInt(arg, 0, 1, &value)) return bad("0 or 1");
+      options->check = value == 1;
+      return 1;
+    case 'J':
+      if (arg.empty()) return bad("a file name");
+      options->jsonPath = arg;
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+bool finishCommonOptions(CommonOptions* options, std::string* error) {
+  Sweep& sweep = options->sweep;
+  if (options->stepBytesGiven && !options->stepFactorGiven) sweep.stepFactor = 0;
+  if (sweep.minBytes > sweep.maxBytes) {
+    *error = "-b (" + std::to_string(sweep.minBytes) + " bytes) is larger than -e (" +
+             std::to_string(sweep.maxBytes) + " bytes)";
+    return false;
+  }
+  return true;
+}
+
 Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong) {
   Measurement m;
   m.timeUs = timeUs;

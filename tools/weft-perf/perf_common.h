@@ -37,6 +37,25 @@ struct Sweep {
   std::string describeStep() const;
 };
 
+// The flags every benchmark here shares, nccl-tests style: the sweep (-b -e -f -i), -n, -w,
+// -c and -J. A tool's own Options derive from this.
+struct CommonOptions {
+  Sweep sweep;
+  long iters = 20;
+  long warmupIters = 5;
+  bool check = true;
+  std::string jsonPath;
+  bool stepFactorGiven = false;  // -i without -f means additive steps
+  bool stepBytesGiven = false;
+};
+
+// Parses getopt option `opt` with its argument when it is one of the shared flags. Returns 1
+// when handled, 0 when `opt` is not a shared flag, -1 for a bad value (*error says why).
+int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, std::string* error);
+
+// After the getopt loop: applies "-i without -f" and checks -b <= -e. False: *error says why.
+bool finishCommonOptions(CommonOptions* options, std::string* error);
+
 // One timed variant (out-of-place or in-place) of one row.
 struct Measurement {
   double timeUs = 0;  // per iteration, the maximum over ranks

@@ -32,14 +32,9 @@ constexpr unsigned char kPoison = 0xA5;
 // Per-rank slot of the pid/host exchange: an int64 pid, then the NUL-terminated host name.
 constexpr size_t kHostSlotBytes = 256;
 
-struct Options {
-  Sweep sweep;
-  long iters = 20;
-  long warmupIters = 5;
-  bool check = true;
+struct Options : CommonOptions {
   std::vector<const DataType*> types;
   std::vector<const RedOp*> ops;
-  std::string jsonPath;
 };
 
 void printUsage() {
@@ -114,52 +109,15 @@ int parseArgs(int argc, char** argv, Options* options) {
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
-  Sweep& sweep = options->sweep;
-  bool stepFactorGiven = false;
-  bool stepBytesGiven = false;
-  long value = 0;
   opterr = 0;  // we print our own messages
   int c;
   while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:o:d:J:h", kLongOptions, nullptr)) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
+    std::string error;
+    const int common = weftperf::parseCommonOption(c, arg, options, &error);
+    if (common < 0) return usageError("%s", error.c_str());
+    if (common > 0) continue;
     switch (c) {
-      case 'b':
-        if (!parseSize(arg, &sweep.minBytes) || sweep.minBytes == 0) {
-          return usageError("-b: '%s' is not a size of at least 1 byte", arg.c_str());
-        }
-        break;
-      case 'e':
-        if (!parseSize(arg, &sweep.maxBytes) || sweep.maxBytes == 0) {
-          return usageError("-e: '%s' is not a size of at least 1 byte", arg.c_str());
-        }
-        break;
-      case 'f':
-        if (!parseInt(arg, 0, 1 << 20, &value)) {
-          return usageError("-f: '%s' is not a step factor (an integer >= 0)", arg.c_str());
-        }
-        sweep.stepFactor = static_cast<size_t>(value);
-        stepFactorGiven = true;
-        break;
-      case 'i':
-        if (!parseSize(arg, &sweep.stepBytes) || sweep.stepBytes == 0) {
-          return usageError("-i: '%s' is not a size of at least 1 byte", arg.c_str());
-        }
-        stepBytesGiven = true;
-        break;
-      case 'n':
-        if (!parseInt(arg, 1, 1000000000, &options->iters)) {
-          return usageError("-n: '%s' is not an iteration count >= 1", arg.c_str());
-        }
-        break;
-      case 'w':
-        if (!parseInt(arg, 0, 1000000000, &options->warmupIters)) {
-          return usageError("-w: '%s' is not an iteration count >= 0", arg.c_str());
-        }
-        break;
-      case 'c':
-        if (!parseInt(arg, 0, 1, &value)) return usageError("-c: '%s' is not 0 or 1", arg.c_str());
-        options->check = value == 1;
-        break;
       case 'o':
         options->ops.clear();
         if (arg == "all") {
@@ -182,10 +140,6 @@ int parseArgs(int argc, char** argv, Options* options) {
                             dataTypeNames().c_str());
         }
         break;
-      case 'J':
-        if (arg.empty()) return usageError("-J: needs a file name");
-        options->jsonPath = arg;
-        break;
       case 'h':
         if (!launcherSaysNotRankZero()) printUsage();
         return kExitOk;
@@ -200,10 +154,8 @@ int parseArgs(int argc, char** argv, Options* options) {
   if (argc - optind == 1 && std::strcmp(argv[optind], "allreduce") != 0) {
     return usageError("unknown collective '%s' (available: allreduce)", argv[optind]);
   }
-  if (stepBytesGiven && !stepFactorGiven) sweep.stepFactor = 0;  // -i alone: additive steps
-  if (sweep.minBytes > sweep.maxBytes) {
-    return usageError("-b (%zu bytes) is larger than -e (%zu bytes)", sweep.minBytes,
-                      sweep.maxBytes);
+  if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
+    return usageError("%s", error.c_str());
   }
   if (options->types.empty()) options->types.push_back(findDataType("float"));
   if (options->ops.empty()) options->ops.push_back(findRedOp("sum"));

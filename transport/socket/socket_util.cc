@@ -163,6 +163,9 @@ Result<SocketAddress> fromWire(const WireAddress& wire) {
   return out;
 }
 
+// Buffer sizes are left to the kernel's autotuning, which grows them up to net.ipv4.tcp_wmem /
+// tcp_rmem's maximum (several MiB) on a busy stream: setting SO_SNDBUF/SO_RCVBUF would switch
+// autotuning off and cap them at net.core.wmem_max/rmem_max, usually far smaller.
 Status configureStreamSocket(int fd) {
   int one = 1;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
