@@ -13,11 +13,10 @@
 namespace weft::coll {
 namespace {
 
-// Waiting spins (yielding the core after the first few rounds) for up to kSpinTime without
-// progress before it sleeps in poll(). Waking a sleeping process costs hundreds of microseconds
-// on some virtual machines, and a short spin makes both sides of an exchange sleep in turn, so
-// the spin must outlast a typical peer delay by a wide margin.
-constexpr auto kSpinTime = std::chrono::milliseconds(2);
+// Waiting spins (yielding the core after the first few rounds) for up to context.spinTime
+// without progress before it sleeps in poll(). Waking a sleeping process costs hundreds of
+// microseconds on some virtual machines, and a short spin makes both sides of an exchange sleep
+// in turn, so with a core per rank the spin must outlast a typical peer delay by a wide margin.
 constexpr int kBusyRounds = 16;  // idle rounds before spinning starts to yield the core
 constexpr int kMaxSleepMs = 50;  // so abort and the deadline are seen promptly
 
@@ -70,7 +69,7 @@ class Run {
       if (++idleRounds <= kBusyRounds) continue;
       auto now = std::chrono::steady_clock::now();
       if (idleRounds == kBusyRounds + 1) idleSince = now;
-      if (now - idleSince < kSpinTime) {
+      if (now - idleSince < ctx_.spinTime) {
         sched_yield();
         continue;
       }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "coll/schedule.h"
@@ -37,6 +38,10 @@ struct ExecutionContext {
   int timeoutMs;
   const std::atomic<bool>* abortFlag;
   ConnectionProvider* connections;
+  // How long waiting spins without progress before it sleeps in poll(): long when every rank on
+  // the host has a core of its own (waking a sleeper costs hundreds of microseconds on some
+  // machines), short when ranks share cores (a spinning rank would steal its peer's core).
+  std::chrono::microseconds spinTime{2000};
 };
 
 Status executeSchedule(const Schedule& schedule, const ExecutionBuffers& buffers, const ExecutionContext& context);

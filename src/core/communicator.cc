@@ -1,5 +1,7 @@
 #include "core/communicator.h"
 
+#include <sched.h>
+
 #include <cstring>
 
 #include "core/bootstrap.h"
@@ -15,12 +17,35 @@ Result<CommConfig> defaultCommConfig() {
   WEFT_ASSIGN_OR_RETURN(auto streams, envInt("WEFT_SOCKET_NSTREAMS", 1, 16));
   if (streams) config.streamsPerPeer = static_cast<int>(*streams);
   WEFT_ASSIGN_OR_RETURN(config.shm, transport::shmOptionsFromEnv());
+  WEFT_ASSIGN_OR_RETURN(auto spin, envInt("WEFT_SPIN_US", 0, 10000000));
+  if (spin) config.spinMicros = static_cast<int>(*spin);
   return config;
 }
 
+namespace {
+
+// Spin long while every rank on this host has a core of its own, briefly when they share.
+std::chrono::microseconds chooseSpinTime(const CommConfig& config, const PeerMesh& mesh) {
+  if (config.spinMicros >= 0) return std::chrono::microseconds(config.spinMicros);
+  int local = 0;
+  for (int r = 0; r < mesh.size(); ++r) local += mesh.peer(r).hostHash == mesh.peer(mesh.rank()).hostHash;
+  cpu_set_t cpus;
+  int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  auto spin = std::chrono::microseconds(local <= cores ? 2000 : 50);
+  WEFT_INFO("%d rank(s) on this host, %d core(s) available: waits spin %lld us before sleeping", local, cores,
+            static_cast<long long>(spin.count()));
+  return spin;
+}
+
+}  // namespace
+
 Communicator::Communicator(PeerMesh mesh, const CommConfig& config, coll::TuningConfig tuning,
                            const std::atomic<bool>* abortFlag)
-    : mesh_(std::move(mesh)), config_(config), tuning_(tuning), abortFlag_(abortFlag) {}
+    : mesh_(std::move(mesh)),
+      config_(config),
+      tuning_(tuning),
+      abortFlag_(abortFlag),
+      spinTime_(chooseSpinTime(config_, mesh_)) {}
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContents& id, int nranks, int rank,
                                                            const CommConfig& config,
@@ -70,8 +95,8 @@ Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t coun
     return Status(weftSystemError, formatString("all-reduce: out of memory for %zu bytes of scratch", schedule.scratchBytes));
   }
   coll::ExecutionBuffers buffers{sendbuff, recvbuff, scratchBuffer};
-  coll::ExecutionContext context{type, op, size(), "all-reduce", deadline,
-                                 config_.timeoutMs, abortFlag_, &mesh_};
+  coll::ExecutionContext context{type,      op,         size(), "all-reduce", deadline, config_.timeoutMs,
+                                 abortFlag_, &mesh_,     spinTime_};
   return fail(coll::executeSchedule(schedule, buffers, context));
 }
 

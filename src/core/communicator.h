@@ -13,6 +13,7 @@ namespace weft::core {
 
 struct CommConfig {
   int timeoutMs = 300000;
+  int spinMicros = -1;  // WEFT_SPIN_US; -1: chosen from the ranks and cores on this host
   int streamsPerPeer = 1;
   transport::ShmOptions shm;
 };
@@ -43,6 +44,7 @@ class Communicator {
   coll::TuningConfig tuning_;
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
+  std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
   std::unique_ptr<char, FreeDeleter> scratch_;
   size_t scratchBytes_ = 0;
