@@ -15,7 +15,8 @@ namespace weft::test {
 
 inline size_t typeSize(weftDataType_t t) {
   static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  return sizes[t];
+  auto index = static_cast<size_t>(t);
+  return index < sizeof(sizes) / sizeof(sizes[0]) ? sizes[index] : 0;
 }
 
 inline bool isFloatType(weftDataType_t t) {
