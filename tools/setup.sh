@@ -28,10 +28,11 @@ done
 #   catch2                            the test suite (Catch2 v2, Debian's)
 #   libbenchmark-dev                  kernel microbenchmarks (Google Benchmark)
 #   libgloo-dev                       bench/compare's peer (Gloo's ring all-reduce)
-#   openmpi-bin                       weft-perf under mpirun (tests), Open MPI as a peer
+#   openmpi-bin libopenmpi-dev        weft-perf under mpirun (tests), Open MPI as bench/compare's peer
 #   python3                           bench/compare's table
 #   iproute2 procps                   multi-host tests (network namespaces), process checks
-packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin python3 iproute2 procps)
+packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev python3
+  iproute2 procps)
 
 missing=()
 for p in "${packages[@]}"; do
