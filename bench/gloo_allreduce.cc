@@ -86,62 +86,46 @@ void printUsage() {
       "busbw = algbw * 2(n-1)/n (GB/s). Exit status: 0 success, 1 failure, 2 bad command line.\n");
 }
 
-__attribute__((format(printf, 1, 2))) int usageError(const char* format, ...) {
-  std::fputs("gloo-allreduce-bench: ", stderr);
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fputs("\nRun 'gloo-allreduce-bench -h' for the options.\n", stderr);
-  return kExitUsage;
-}
+constexpr const char* kTool = "gloo-allreduce-bench";
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
 int parseArgs(int argc, char** argv, Options* options) {
-  static const option kLongOptions[] = {
-      {"minbytes", required_argument, nullptr, 'b'},
-      {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepfactor", required_argument, nullptr, 'f'},
-      {"stepbytes", required_argument, nullptr, 'i'},
-      {"iters", required_argument, nullptr, 'n'},
-      {"warmup_iters", required_argument, nullptr, 'w'},
-      {"check", required_argument, nullptr, 'c'},
-      {"json", required_argument, nullptr, 'J'},
+  static const std::string kShortOptions = weftperf::shortOptions("s:a:h");
+  static const std::vector<option> kLongOptions = weftperf::longOptions({
       {"store", required_argument, nullptr, 's'},
       {"address", required_argument, nullptr, 'a'},
       {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:J:s:a:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, kShortOptions.c_str(), kLongOptions.data(), nullptr)) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
     std::string error;
     const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return usageError("%s", error.c_str());
+    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
     if (common > 0) continue;
     switch (c) {
       case 's':
-        if (arg.empty()) return usageError("-s: needs a directory");
+        if (arg.empty()) return weftperf::usageError(kTool, "-s: needs a directory");
         options->storeDir = arg;
         break;
       case 'a':
-        if (arg.empty()) return usageError("-a: needs a host name or address");
+        if (arg.empty()) return weftperf::usageError(kTool, "-a: needs a host name or address");
         options->address = arg;
         break;
       case 'h':
         if (!weftperf::launcherSaysNotRankZero()) printUsage();
         return kExitOk;
       case ':':
-        return usageError("option %s needs a value", argv[optind - 1]);
+        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
       default:
-        if (optopt != 0) return usageError("unknown option -%c", optopt);
-        return usageError("unknown option %s", argv[optind - 1]);
+        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
+        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
     }
   }
-  if (optind < argc) return usageError("unexpected argument '%s'", argv[optind]);
+  if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
   if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
-    return usageError("%s", error.c_str());
+    return weftperf::usageError(kTool, "%s", error.c_str());
   }
   return -1;
 }

@@ -85,15 +85,7 @@ void printUsage() {
       "1 failure, 2 bad command line.\n");
 }
 
-__attribute__((format(printf, 1, 2))) int usageError(const char* format, ...) {
-  std::fputs("mem-bound-probe: ", stderr);
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fputs("\nRun 'mem-bound-probe -h' for the options.\n", stderr);
-  return kExitUsage;
-}
+constexpr const char* kTool = "mem-bound-probe";
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
 int parseArgs(int argc, char** argv, Options* options) {
@@ -113,14 +105,14 @@ int parseArgs(int argc, char** argv, Options* options) {
     const std::string arg = optarg != nullptr ? optarg : "";
     std::string error;
     const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return usageError("%s", error.c_str());
+    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
     if (common > 0) continue;
     switch (c) {
       case 't': {
         char* end = nullptr;
         options->seconds = std::strtod(arg.c_str(), &end);
         if (arg.empty() || *end != '\0' || !(options->seconds > 0 && options->seconds <= 60)) {
-          return usageError("-t: '%s' is not a time in seconds (0 < S <= 60)", arg.c_str());
+          return weftperf::usageError(kTool, "-t: '%s' is not a time in seconds (0 < S <= 60)", arg.c_str());
         }
         break;
       }
@@ -128,15 +120,15 @@ int parseArgs(int argc, char** argv, Options* options) {
         if (!weftperf::launcherSaysNotRankZero()) printUsage();
         return kExitOk;
       case ':':
-        return usageError("option %s needs a value", argv[optind - 1]);
+        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
       default:
-        if (optopt != 0) return usageError("unknown option -%c", optopt);
-        return usageError("unknown option %s", argv[optind - 1]);
+        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
+        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
     }
   }
-  if (optind < argc) return usageError("unexpected argument '%s'", argv[optind]);
+  if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
   if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
-    return usageError("%s", error.c_str());
+    return weftperf::usageError(kTool, "%s", error.c_str());
   }
   return -1;
 }

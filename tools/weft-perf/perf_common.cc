@@ -1,5 +1,7 @@
 #include "perf_common.h"
 
+#include <cstdarg>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -111,6 +113,30 @@ bool finishCommonOptions(CommonOptions* options, std::string* error) {
     return false;
   }
   return true;
+}
+
+std::vector<option> longOptions(std::initializer_list<option> own) {
+  std::vector<option> table = {
+      {"minbytes", required_argument, nullptr, 'b'},  {"maxbytes", required_argument, nullptr, 'e'},
+      {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
+      {"iters", required_argument, nullptr, 'n'},      {"warmup_iters", required_argument, nullptr, 'w'},
+      {"check", required_argument, nullptr, 'c'},      {"json", required_argument, nullptr, 'J'},
+  };
+  table.insert(table.end(), own.begin(), own.end());
+  table.push_back({nullptr, 0, nullptr, 0});
+  return table;
+}
+
+std::string shortOptions(const char* own) { return std::string(":b:e:f:i:n:w:c:J:") + own; }
+
+int usageError(const char* tool, const char* format, ...) {
+  std::fprintf(stderr, "%s: ", tool);
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+  std::fprintf(stderr, "\nRun '%s -h' for the options.\n", tool);
+  return kExitUsage;
 }
 
 Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong) {

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstddef>
+#include <getopt.h>
+
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +58,14 @@ int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, s
 
 // After the getopt loop: applies "-i without -f" and checks -b <= -e. False: *error says why.
 bool finishCommonOptions(CommonOptions* options, std::string* error);
+
+// getopt_long's table for the shared flags followed by a tool's own, with the terminator, and
+// the matching short options ("b:e:f:i:n:w:c:J:" + the tool's own).
+std::vector<option> longOptions(std::initializer_list<option> own);
+std::string shortOptions(const char* own);
+
+// "tool: <message>" and "Run 'tool -h' for the options." on stderr; returns kExitUsage.
+int usageError(const char* tool, const char* format, ...) __attribute__((format(printf, 2, 3)));
 
 // One timed variant (out-of-place or in-place) of one row.
 struct Measurement {

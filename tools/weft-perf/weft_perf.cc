@@ -65,15 +65,7 @@ void printUsage() {
       "Exit status: 0 success, 1 a Weft call or a data check failed, 2 bad command line.\n");
 }
 
-__attribute__((format(printf, 1, 2))) int usageError(const char* format, ...) {
-  std::fputs("weft-perf: ", stderr);
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fputs("\nRun 'weft-perf -h' for the options.\n", stderr);
-  return kExitUsage;
-}
+constexpr const char* kTool = "weft-perf";
 
 std::string joinNames(const char* const* names, size_t n) {
   std::string joined;
@@ -95,27 +87,19 @@ std::string redOpNames() {
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
 int parseArgs(int argc, char** argv, Options* options) {
-  static const option kLongOptions[] = {
-      {"minbytes", required_argument, nullptr, 'b'},
-      {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepfactor", required_argument, nullptr, 'f'},
-      {"stepbytes", required_argument, nullptr, 'i'},
-      {"iters", required_argument, nullptr, 'n'},
-      {"warmup_iters", required_argument, nullptr, 'w'},
-      {"check", required_argument, nullptr, 'c'},
+  static const std::string kShortOptions = weftperf::shortOptions("o:d:h");
+  static const std::vector<option> kLongOptions = weftperf::longOptions({
       {"op", required_argument, nullptr, 'o'},
       {"datatype", required_argument, nullptr, 'd'},
-      {"json", required_argument, nullptr, 'J'},
       {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
   opterr = 0;  // we print our own messages
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:o:d:J:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, kShortOptions.c_str(), kLongOptions.data(), nullptr)) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
     std::string error;
     const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return usageError("%s", error.c_str());
+    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
     if (common > 0) continue;
     switch (c) {
       case 'o':
@@ -125,7 +109,7 @@ int parseArgs(int argc, char** argv, Options* options) {
         } else if (const RedOp* op = findRedOp(arg)) {
           options->ops.push_back(op);
         } else {
-          return usageError("-o: unknown operation '%s' (use %s, or all)", arg.c_str(),
+          return weftperf::usageError(kTool, "-o: unknown operation '%s' (use %s, or all)", arg.c_str(),
                             redOpNames().c_str());
         }
         break;
@@ -136,7 +120,7 @@ int parseArgs(int argc, char** argv, Options* options) {
         } else if (const DataType* type = findDataType(arg)) {
           options->types.push_back(type);
         } else {
-          return usageError("-d: unknown data type '%s' (use %s, or all)", arg.c_str(),
+          return weftperf::usageError(kTool, "-d: unknown data type '%s' (use %s, or all)", arg.c_str(),
                             dataTypeNames().c_str());
         }
         break;
@@ -144,18 +128,18 @@ int parseArgs(int argc, char** argv, Options* options) {
         if (!launcherSaysNotRankZero()) printUsage();
         return kExitOk;
       case ':':
-        return usageError("option %s needs a value", argv[optind - 1]);
+        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
       default:
-        if (optopt != 0) return usageError("unknown option -%c", optopt);
-        return usageError("unknown option %s", argv[optind - 1]);
+        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
+        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
     }
   }
-  if (argc - optind > 1) return usageError("unexpected argument '%s'", argv[optind + 1]);
+  if (argc - optind > 1) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind + 1]);
   if (argc - optind == 1 && std::strcmp(argv[optind], "allreduce") != 0) {
-    return usageError("unknown collective '%s' (available: allreduce)", argv[optind]);
+    return weftperf::usageError(kTool, "unknown collective '%s' (available: allreduce)", argv[optind]);
   }
   if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
-    return usageError("%s", error.c_str());
+    return weftperf::usageError(kTool, "%s", error.c_str());
   }
   if (options->types.empty()) options->types.push_back(findDataType("float"));
   if (options->ops.empty()) options->ops.push_back(findRedOp("sum"));
