@@ -52,8 +52,6 @@ class Connection {
   // Requests complete in posting order, so these are counters: id < completedSends() is done.
   virtual RequestId completedSends() const = 0;
   virtual RequestId completedRecvs() const = 0;
-  virtual bool hasPendingSends() const = 0;
-  virtual bool hasPendingRecvs() const = 0;
 
   // Called before the caller sleeps in poll() on addPollFds(): a transport whose peer wakes it
   // through shared memory arms its doorbell here, and returns false when there is already

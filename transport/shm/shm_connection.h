@@ -39,8 +39,6 @@ class ShmConnection final : public Connection {
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sendsCompleted_; }
   RequestId completedRecvs() const override { return recvsCompleted_; }
-  bool hasPendingSends() const override { return !sends_.empty(); }
-  bool hasPendingRecvs() const override { return !recvs_.empty(); }
   bool prepareToSleep() override;
   void addPollFds(std::vector<pollfd>* fds) const override;
   int peerRank() const override { return p_.peerRank; }

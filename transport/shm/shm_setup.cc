@@ -150,9 +150,9 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
     return Status(weftRemoteError, formatString("rank %d sent a malformed shared-memory offer", peer.rank));
   }
 
-  const std::string fallback = formatString(
+  const std::string fallback =
       "(set WEFT_SHM_DISABLE=1 or WEFT_TRANSPORT=socket to choose sockets without this warning, or give /dev/shm "
-      "more room, e.g. docker run --shm-size=1g)");
+      "more room, e.g. docker run --shm-size=1g)";
   if (mine.status != kReady || theirs.status != kReady) {
     std::string why = mine.status == kFailed ? createFailure.message()
                       : mine.status == kDeclined

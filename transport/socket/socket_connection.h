@@ -20,8 +20,6 @@ class SocketConnection final : public Connection {
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sends_.completed; }
   RequestId completedRecvs() const override { return recvs_.completed; }
-  bool hasPendingSends() const override { return !sends_.messages.empty(); }
-  bool hasPendingRecvs() const override { return !recvs_.messages.empty(); }
   void addPollFds(std::vector<pollfd>* fds) const override;
   int peerRank() const override { return peerRank_; }
   const char* kind() const override { return "socket"; }
