@@ -72,8 +72,15 @@ typedef enum {
   weftMax = 2,
   weftMin = 3,
   weftAvg = 4,
-  weftNumOps = 5
+  weftNumOps = 5,
+  /* Operators from weftRedOpCreatePreMulSum take values from weftNumOps up. */
+  weftMaxRedOp = 0x7fffffff
 } weftRedOp_t;
+
+/* Where a PreMulSum scalar lives: weftScalarHostImmediate copies the value when the operator
+ * is created; weftScalarDevice reads it through the pointer each time a collective runs (any
+ * memory the caller keeps valid; device memory once GPU buffers are supported). */
+typedef enum { weftScalarDevice = 0, weftScalarHostImmediate = 1 } weftScalarResidence_t;
 
 /* Opaque identifier of a communicator clique: the root's address and a random secret. Made by
  * weftGetUniqueId on one process and handed to every rank out of band. */
@@ -120,6 +127,17 @@ WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueI
 WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nranks, weftUniqueId commId,
                                              int rank, weftConfig_t* config);
 
+/* Creates ndev communicators of one clique in this process, ranks 0..ndev-1 (one thread each
+ * during init). devlist may be NULL; host-memory communicators do not use it. */
+WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, const int* devlist);
+
+/* Splits comm into disjoint communicators, one per color; collective over comm. Ranks order by
+ * key, then by their rank in comm. A rank passing WEFT_SPLIT_NOCOLOR joins none and gets NULL.
+ * config NULL: the new communicator inherits comm's timeout (blocking init). */
+#define WEFT_SPLIT_NOCOLOR -1
+WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm,
+                                    weftConfig_t* config);
+
 /* Creates this rank's communicator from the launcher's environment: torchrun's (MASTER_ADDR,
  * MASTER_PORT, RANK, WORLD_SIZE), Open MPI's (OMPI_COMM_WORLD_*), Slurm's (SLURM_PROCID,
  * SLURM_NTASKS, ...), with WEFT_COMM_ID=host:port naming the root's listening address. */
@@ -156,11 +174,86 @@ WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream);
 /* weftSuccess when all issued work is done, weftInProgress while some runs, or the first error. */
 WEFT_API weftResult_t weftStreamQuery(weftStream_t stream);
 
+/* Collectives. Buffers are host memory; counts are elements. Every call is collective over the
+ * communicator's ranks, which must issue the same collectives in the same order. "In place"
+ * is NCCL's: the layouts noted below let sendbuff and recvbuff share memory; any other overlap
+ * is an error. Buffers used only at the root may be NULL elsewhere. */
+
 /* Reduces count elements of sendbuff across all ranks into every rank's recvbuff. In place when
- * sendbuff == recvbuff. Buffers are host memory. */
+ * sendbuff == recvbuff. */
 WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                     weftStream_t stream);
+
+/* Copies count elements of root's sendbuff to every rank's recvbuff (sendbuff is read at the
+ * root only). In place when sendbuff == recvbuff. */
+WEFT_API weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    weftDataType_t datatype, int root, weftComm_t comm,
+                                    weftStream_t stream);
+/* In-place broadcast of buff. */
+WEFT_API weftResult_t weftBcast(void* buff, size_t count, weftDataType_t datatype, int root,
+                                weftComm_t comm, weftStream_t stream);
+
+/* Reduces count elements of every rank's sendbuff into root's recvbuff (written at the root
+ * only). In place when sendbuff == recvbuff. */
+WEFT_API weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 weftDataType_t datatype, weftRedOp_t op, int root,
+                                 weftComm_t comm, weftStream_t stream);
+
+/* Every rank's sendcount elements land in every rank's recvbuff at offset rank * sendcount.
+ * In place when sendbuff == recvbuff + rank * sendcount. */
+WEFT_API weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    weftDataType_t datatype, weftComm_t comm, weftStream_t stream);
+
+/* Reduces nranks * recvcount elements across ranks; rank r receives block r (recvcount
+ * elements). In place when recvbuff == sendbuff + rank * recvcount. */
+WEFT_API weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                        weftStream_t stream);
+
+/* Block j (count elements) of rank i's sendbuff lands as block i of rank j's recvbuff. In place
+ * when sendbuff == recvbuff. */
+WEFT_API weftResult_t weftAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   weftDataType_t datatype, weftComm_t comm, weftStream_t stream);
+
+/* Every rank's sendcount elements land in root's recvbuff at offset rank * sendcount. In place
+ * when, at the root, sendbuff == recvbuff + root * sendcount. */
+WEFT_API weftResult_t weftGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                 weftDataType_t datatype, int root, weftComm_t comm,
+                                 weftStream_t stream);
+
+/* Block r (recvcount elements) of root's sendbuff lands in rank r's recvbuff. In place when,
+ * at the root, recvbuff == sendbuff + root * recvcount. */
+WEFT_API weftResult_t weftScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                  weftDataType_t datatype, int root, weftComm_t comm,
+                                  weftStream_t stream);
+
+/* Point-to-point: the n-th weftSend from rank a to rank b matches the n-th weftRecv on b from a,
+ * with the same count and type. A rank may send to itself inside a group that also receives
+ * from itself. Outside a group each call returns when its transfer is done, so two ranks that
+ * both send first must group their sends and receives. */
+WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype,
+                               int peer, weftComm_t comm, weftStream_t stream);
+WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
+                               weftComm_t comm, weftStream_t stream);
+
+/* Returns (or, on a host stream, completes) once every rank has entered the barrier. */
+WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t stream);
+
+/* Groups: calls between weftGroupStart and weftGroupEnd are checked when made and issued
+ * together at weftGroupEnd, one merged operation per communicator, so paired sends and
+ * receives inside a group never deadlock whatever their order. Groups nest; the outermost
+ * weftGroupEnd issues. All calls of a group on one communicator must use the same stream.
+ * A call that fails inside a group fails the group: weftGroupEnd returns its error and issues
+ * nothing. */
+WEFT_API weftResult_t weftGroupStart(void);
+WEFT_API weftResult_t weftGroupEnd(void);
+
+/* A reduction operator that multiplies each rank's input by *scalar (of datatype) before
+ * summing, for use on comm with collectives of that datatype. */
+WEFT_API weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t* op, void* scalar, weftDataType_t datatype,
+                                               weftScalarResidence_t residence, weftComm_t comm);
+WEFT_API weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -123,6 +123,10 @@ void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint6
   active().divide(dst, src, count, type, divisor);
 }
 
+void scale(void* dst, const void* src, size_t count, weftDataType_t type, const void* scalar) {
+  scaleScalar(dst, src, count, type, scalar);
+}
+
 size_t dataTypeSize(weftDataType_t type) {
   switch (type) {
     case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
@@ -162,7 +166,7 @@ const char* redOpName(weftRedOp_t op) {
     case weftMax: return "max";
     case weftMin: return "min";
     case weftAvg: return "avg";
-    case weftNumOps: break;
+    case weftNumOps: case weftMaxRedOp: break;
   }
   return "invalid";
 }

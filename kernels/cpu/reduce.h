@@ -29,4 +29,8 @@ void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_
 // divisor is never 0 (the rank count); 0 does nothing.
 void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor);
 
+// dst[i] = src[i] * scalar, where scalar points at one element of `type` (PreMulSum). Integers
+// wrap; narrow floats multiply in float and round to nearest even. dst may alias src exactly.
+void scale(void* dst, const void* src, size_t count, weftDataType_t type, const void* scalar);
+
 }  // namespace weft::kernels

@@ -453,7 +453,7 @@ WEFT_AVX512BF16 void reduceAvx512Bf16(void* dst, const void* a, const void* b, s
     case weftProd: return bf16ReduceLoop<SimdOp::kProd>(dst, a, b, count);
     case weftMax: return bf16ReduceLoop<SimdOp::kMax>(dst, a, b, count);
     case weftMin: return bf16ReduceLoop<SimdOp::kMin>(dst, a, b, count);
-    case weftNumOps: return;
+    case weftNumOps: case weftMaxRedOp: return;
   }
 }
 

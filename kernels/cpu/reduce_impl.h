@@ -20,6 +20,8 @@ void reduceScalar(void* dst, const void* a, const void* b, size_t count, weftDat
                   weftRedOp_t op);
 void divideScalar(void* dst, const void* src, size_t count, weftDataType_t type,
                   uint64_t divisor);
+// Only portable: the compiler vectorizes it, and it runs once per PreMulSum input.
+void scaleScalar(void* dst, const void* src, size_t count, weftDataType_t type, const void* scalar);
 
 // AVX2 with FMA and F16C.
 void reduceAvx2(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,

@@ -1,4 +1,4 @@
-// The portable implementation of reduce() and divide(), and the reference that the SIMD ones
+// The portable implementation of reduce(), divide() and scale(), and the reference that the SIMD ones
 // (reduce_avx2.cc, reduce_avx512.cc) match bit for bit; reduce.cc dispatches between them.
 //
 // Each (type, op) pair gets its own simple counted loop, chosen by one switch per call, so that
@@ -15,6 +15,7 @@
 #include "kernels/cpu/reduce_impl.h"
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/float_formats.h"
@@ -144,6 +145,7 @@ void reduceAs(void* dst, const void* a, const void* b, size_t count, weftRedOp_t
     case weftMin:
       return reduceLoop<Element, MinOp>(dst, a, b, count);
     case weftNumOps:
+    case weftMaxRedOp:
       return;
   }
 }
@@ -175,6 +177,18 @@ void divideAs(void* dst, const void* src, size_t count, uint64_t divisor) {
       out[i] = Element::store(Element::load(in[i]) / floatDivisor);
     });
   }
+}
+
+// out = in * scalar, the scalar stored as one element of the same type (PreMulSum's first step).
+template <typename Element>
+void scaleAs(void* dst, const void* src, size_t count, const void* scalar) {
+  using Storage = typename Element::Storage;
+  Storage* out = static_cast<Storage*>(dst);
+  const Storage* in = static_cast<const Storage*>(src);
+  Storage stored;
+  std::memcpy(&stored, scalar, sizeof(stored));
+  const auto factor = Element::load(stored);
+  forEachIndex(count, [=](size_t i) { out[i] = Element::store(ProdOp::apply(Element::load(in[i]), factor)); });
 }
 
 // Calls Fn::template run<Element>(args...) for the element description of `type`.
@@ -211,6 +225,13 @@ struct DivideFn {
   }
 };
 
+struct ScaleFn {
+  template <typename Element>
+  static void run(void* dst, const void* src, size_t count, const void* scalar) {
+    scaleAs<Element>(dst, src, count, scalar);
+  }
+};
+
 }  // namespace
 
 void reduceScalar(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
@@ -222,6 +243,10 @@ void divideScalar(void* dst, const void* src, size_t count, weftDataType_t type,
                   uint64_t divisor) {
   if (divisor == 0) return;
   dispatchOnType<DivideFn>(type, dst, src, count, divisor);
+}
+
+void scaleScalar(void* dst, const void* src, size_t count, weftDataType_t type, const void* scalar) {
+  dispatchOnType<ScaleFn>(type, dst, src, count, scalar);
 }
 
 }  // namespace weft::kernels

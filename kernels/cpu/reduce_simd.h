@@ -79,6 +79,7 @@ WEFT_SIMD_TARGET void simdReduce(void* dst, const void* a, const void* b, size_t
     case weftMin:
       return simdReduceLoop<Kernel, SimdOp::kMin>(dst, a, b, count);
     case weftNumOps:
+    case weftMaxRedOp:
       return;
   }
 }

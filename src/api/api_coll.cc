@@ -1,12 +1,15 @@
-// Collective entry points: argument checks, then the communicator.
+// Collective and point-to-point entry points: argument checks, then the communicator (now,
+// queued on a host stream, or collected into the thread's open group).
 #include <cstdint>
-#include <functional>
+#include <cstring>
 
 #include "api/comm_handle.h"
+#include "api/group.h"
 #include "api/host_stream.h"
 #include "kernels/cpu/reduce.h"
 
 using namespace weft;
+using coll::Collective;
 
 namespace {
 
@@ -25,84 +28,226 @@ Result<std::shared_ptr<api::CommState>> usableComm(weftComm_t comm, const char* 
   return state;
 }
 
-Status checkBuffers(const char* fn, const void* sendbuff, void* recvbuff, size_t count, weftDataType_t datatype,
-                    weftStream_t stream) {
-  if (!weft::kernels::isValidDataType(datatype)) {
-    return Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, static_cast<int>(datatype)));
+// Which buffers a rank uses, how large they are, and the one overlap NCCL allows (in place).
+struct BufferUse {
+  bool send = true, recv = true;
+  size_t sendBytes = 0, recvBytes = 0;
+  ptrdiff_t inPlaceOffset = 0;  // recv + offset == send is in place (only with both used)
+};
+
+Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, int rank, int nranks,
+                            size_t elementSize) {
+  BufferUse use;
+  const auto n = static_cast<size_t>(nranks);
+  const size_t bytes = call.count * elementSize;
+  const bool blocked = call.collective == Collective::AllGather || call.collective == Collective::ReduceScatter ||
+                       call.collective == Collective::AlltoAll || call.collective == Collective::Gather ||
+                       call.collective == Collective::Scatter;
+  if (blocked && call.count > SIZE_MAX / elementSize / n) {
+    return Status(weftInvalidArgument, formatString("%s: count %zu x %d ranks of %s overflows the address space", fn,
+                                                    call.count, nranks, kernels::dataTypeName(call.type)));
   }
-  if (stream != nullptr && !api::lookupStream(stream)) {
-    return Status(weftInvalidArgument,
-                  formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate", fn));
+  const size_t all = bytes * n;
+  const bool root = rank == call.root;
+  const auto myBlock = static_cast<ptrdiff_t>(bytes * static_cast<size_t>(rank));
+  switch (call.collective) {
+    case Collective::AllReduce: use.sendBytes = use.recvBytes = bytes; break;
+    case Collective::Broadcast: use.send = root; use.sendBytes = use.recvBytes = bytes; break;
+    case Collective::Reduce: use.recv = root; use.sendBytes = use.recvBytes = bytes; break;
+    case Collective::AllGather: use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; break;
+    case Collective::ReduceScatter: use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; break;
+    case Collective::AlltoAll: use.sendBytes = use.recvBytes = all; break;
+    case Collective::Gather:
+      use.recv = root; use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; break;
+    case Collective::Scatter:
+      use.send = root; use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; break;
+    case Collective::Send: use.recv = false; use.sendBytes = bytes; break;
+    case Collective::Recv: use.send = false; use.recvBytes = bytes; break;
   }
-  size_t size = weft::kernels::dataTypeSize(datatype);
-  if (count > SIZE_MAX / size) {
-    return Status(weftInvalidArgument, formatString("%s: count %zu of %s overflows the address space", fn, count,
-                                                    weft::kernels::dataTypeName(datatype)));
+  return use;
+}
+
+Status checkBuffers(const char* fn, const core::CollectiveCall& call, int rank, int nranks) {
+  const size_t size = kernels::dataTypeSize(call.type);
+  if (call.count > SIZE_MAX / size) {
+    return Status(weftInvalidArgument, formatString("%s: count %zu of %s overflows the address space", fn, call.count,
+                                                    kernels::dataTypeName(call.type)));
   }
-  if (count == 0) return Status::ok();
-  if (sendbuff == nullptr || recvbuff == nullptr) {
-    return Status(weftInvalidArgument, formatString("%s: %s is NULL with count %zu", fn,
-                                                    sendbuff == nullptr ? "sendbuff" : "recvbuff", count));
+  WEFT_ASSIGN_OR_RETURN(BufferUse use, bufferUse(fn, call, rank, nranks, size));
+  if (call.count == 0) return Status::ok();
+  if (use.send && call.send == nullptr) {
+    return Status(weftInvalidArgument, formatString("%s: sendbuff is NULL with count %zu", fn, call.count));
   }
-  auto s = reinterpret_cast<uintptr_t>(sendbuff), r = reinterpret_cast<uintptr_t>(recvbuff);
-  size_t bytes = count * size;
-  if (s != r && s < r + bytes && r < s + bytes) {
-    return Status(weftInvalidArgument, formatString("%s: sendbuff and recvbuff overlap without being equal", fn));
+  if (use.recv && call.recv == nullptr) {
+    return Status(weftInvalidArgument, formatString("%s: recvbuff is NULL with count %zu", fn, call.count));
+  }
+  if (!use.send || !use.recv) return Status::ok();
+  auto s = reinterpret_cast<uintptr_t>(call.send), r = reinterpret_cast<uintptr_t>(call.recv);
+  const bool overlap = s < r + use.recvBytes && r < s + use.sendBytes;
+  const bool inPlace = s == r + static_cast<uintptr_t>(use.inPlaceOffset);
+  if (overlap && !inPlace) {
+    return Status(weftInvalidArgument, formatString("%s: sendbuff and recvbuff overlap other than in place (%s)", fn,
+                                                    use.inPlaceOffset == 0 ? "sendbuff == recvbuff"
+                                                    : use.inPlaceOffset > 0 ? "sendbuff == recvbuff + rank * count"
+                                                                            : "recvbuff == sendbuff + rank * count"));
   }
   return Status::ok();
 }
 
-}  // namespace
-
-namespace weft::api {
-
-// Runs a collective in the communicator's issue order: now, on this thread, for the NULL stream
-// (returning its result), or queued on the progress engine for a host stream (returning at once;
-// the outcome goes to the stream, and a failure also to weftCommGetAsyncError).
-weftResult_t issue(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn,
-                   std::function<Status(core::Communicator&)> op) {
-  CommState* cs = state.get();
-  auto run = [state, fn, op = std::move(op)]() -> Status {
-    if (!state->communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
-    core::Communicator& c = *state->communicator;
-    return op(c).withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
-  };
-  if (stream == nullptr) return reportError(cs->engine.runBlocking(run), cs);
-
-  auto hostStream = lookupStream(stream);
-  if (!hostStream) return reportError(Status(weftInvalidArgument, std::string(fn) + ": the stream was destroyed"), cs);
-  uint64_t seq = hostStream->reserve();
-  int timeoutMs = cs->communicator->timeoutMs();
-  Status queued = cs->engine.enqueue([state, hostStream, seq, timeoutMs, run]() {
-    Status status = hostStream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
-    if (status.isOk()) status = run();
-    if (!status.isOk()) {
-      int expected = weftSuccess;
-      state->backgroundError.compare_exchange_strong(expected, status.code());
-      reportError(status, state.get());
-    }
-    hostStream->finish(status);
-    return status;
-  });
-  if (!queued.isOk()) hostStream->finish(queued);
-  return reportError(queued, cs);
+// Resolves `op` for a reducing call: a built-in operator, or a PreMulSum made on this
+// communicator for this data type.
+Status resolveOp(const char* fn, api::CommState& state, weftRedOp_t op, core::CollectiveCall* call) {
+  if (static_cast<int>(op) >= 0 && op < weftNumOps) {
+    call->op = op;
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> lock(state.redOpsMutex);
+  const long index = static_cast<long>(op) - weftNumOps;
+  if (index < 0 || index >= static_cast<long>(state.redOps.size()) || !state.redOps[static_cast<size_t>(index)].live) {
+    return Status(weftInvalidArgument, formatString("%s: invalid reduction op %d (neither built in nor a live "
+                                                    "weftRedOpCreatePreMulSum operator of this communicator)",
+                                                    fn, static_cast<int>(op)));
+  }
+  const api::PreMulSumOp& pre = state.redOps[static_cast<size_t>(index)];
+  if (pre.type != call->type) {
+    return Status(weftInvalidArgument, formatString("%s: reduction op %d was made for %s, not %s", fn, static_cast<int>(op),
+                                                    kernels::dataTypeName(pre.type), kernels::dataTypeName(call->type)));
+  }
+  call->op = weftSum;
+  call->preMulSum = true;
+  call->scalarValue = pre.value;
+  call->scalarAt = pre.at;
+  return Status::ok();
 }
 
-}  // namespace weft::api
+// Checks a call and issues it (or adds it to the open group).
+weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::CollectiveCall call,
+                    weftRedOp_t op = weftSum) {
+  auto state = usableComm(comm, fn);
+  if (!state.isOk()) {
+    if (api::groupIsOpen()) api::failGroup(state.status().code());
+    return api::reportError(state.status());
+  }
+  api::CommState& cs = *state.value();
+  Status checked;
+  if (!kernels::isValidDataType(call.type)) {
+    checked = Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, static_cast<int>(call.type)));
+  } else if (stream != nullptr && !api::lookupStream(stream)) {
+    checked = Status(weftInvalidArgument,
+                     formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate", fn));
+  } else if (call.root < 0 || call.root >= cs.nranks) {
+    const bool p2p = call.collective == Collective::Send || call.collective == Collective::Recv;
+    checked = Status(weftInvalidArgument, formatString("%s: %s %d is outside [0, %d)", fn, p2p ? "peer" : "root",
+                                                       call.root, cs.nranks));
+  } else if (coll::isReducing(call.collective)) {
+    checked = resolveOp(fn, cs, op, &call);
+  }
+  if (checked.isOk()) checked = checkBuffers(fn, call, cs.rank, cs.nranks);
+  if (!checked.isOk()) {
+    if (api::groupIsOpen()) api::failGroup(checked.code());
+    return api::reportError(checked, &cs);
+  }
+  if (api::groupIsOpen()) {
+    api::addToGroup(state.take(), stream, call);
+    return weftSuccess;
+  }
+  return api::issue(state.take(), stream, fn, [call](core::Communicator& c) { return c.run(call); });
+}
+
+core::CollectiveCall makeCall(Collective collective, const void* send, void* recv, size_t count, weftDataType_t type,
+                              int root = 0) {
+  core::CollectiveCall call;
+  call.collective = collective;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.type = type;
+  call.root = root;
+  return call;
+}
+
+}  // namespace
 
 extern "C" WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                                weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                                weftStream_t stream) {
-  constexpr const char* fn = "weftAllReduce";
+  return submit("weftAllReduce", comm, stream, makeCall(Collective::AllReduce, sendbuff, recvbuff, count, datatype), op);
+}
+
+extern "C" WEFT_API weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                               weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
+  return submit("weftBroadcast", comm, stream,
+                makeCall(Collective::Broadcast, sendbuff, recvbuff, count, datatype, root));
+}
+
+extern "C" WEFT_API weftResult_t weftBcast(void* buff, size_t count, weftDataType_t datatype, int root,
+                                           weftComm_t comm, weftStream_t stream) {
+  return submit("weftBcast", comm, stream, makeCall(Collective::Broadcast, buff, buff, count, datatype, root));
+}
+
+extern "C" WEFT_API weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                            weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                                            weftStream_t stream) {
+  return submit("weftReduce", comm, stream, makeCall(Collective::Reduce, sendbuff, recvbuff, count, datatype, root),
+                op);
+}
+
+extern "C" WEFT_API weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                               weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
+  return submit("weftAllGather", comm, stream,
+                makeCall(Collective::AllGather, sendbuff, recvbuff, sendcount, datatype));
+}
+
+extern "C" WEFT_API weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                                   weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                                   weftStream_t stream) {
+  return submit("weftReduceScatter", comm, stream,
+                makeCall(Collective::ReduceScatter, sendbuff, recvbuff, recvcount, datatype), op);
+}
+
+extern "C" WEFT_API weftResult_t weftAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                              weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
+  return submit("weftAlltoAll", comm, stream, makeCall(Collective::AlltoAll, sendbuff, recvbuff, count, datatype));
+}
+
+extern "C" WEFT_API weftResult_t weftGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                            weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
+  return submit("weftGather", comm, stream,
+                makeCall(Collective::Gather, sendbuff, recvbuff, sendcount, datatype, root));
+}
+
+extern "C" WEFT_API weftResult_t weftScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                             weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
+  return submit("weftScatter", comm, stream,
+                makeCall(Collective::Scatter, sendbuff, recvbuff, recvcount, datatype, root));
+}
+
+extern "C" WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype, int peer,
+                                          weftComm_t comm, weftStream_t stream) {
+  return submit("weftSend", comm, stream, makeCall(Collective::Send, sendbuff, nullptr, count, datatype, peer));
+}
+
+extern "C" WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
+                                          weftComm_t comm, weftStream_t stream) {
+  return submit("weftRecv", comm, stream, makeCall(Collective::Recv, nullptr, recvbuff, count, datatype, peer));
+}
+
+extern "C" WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t stream) {
+  // A one-byte all-reduce: no rank finishes before every rank's byte has reached it. The bytes
+  // live in the operation, which outlives the call on a host stream.
+  constexpr const char* fn = "weftBarrier";
   auto state = usableComm(comm, fn);
   if (!state.isOk()) return api::reportError(state.status());
-  api::CommState* cs = state.value().get();
-  Status checked = checkBuffers(fn, sendbuff, recvbuff, count, datatype, stream);
-  if (checked.isOk() && (static_cast<int>(op) < 0 || op >= weftNumOps)) {
-    checked = Status(weftInvalidArgument, formatString("%s: invalid reduction op %d", fn, static_cast<int>(op)));
+  if (api::groupIsOpen()) {
+    api::failGroup(weftInvalidUsage);
+    return api::reportError(Status(weftInvalidUsage, "weftBarrier: not allowed inside a group"), state.value().get());
   }
-  if (!checked.isOk()) return api::reportError(checked, cs);
-  return api::issue(state.take(), stream, fn, [=](core::Communicator& c) {
-    return c.allReduce(sendbuff, recvbuff, count, datatype, op);
+  if (stream != nullptr && !api::lookupStream(stream)) {
+    return api::reportError(Status(weftInvalidArgument, "weftBarrier: the stream is neither NULL nor a Weft host stream"),
+                            state.value().get());
+  }
+  return api::issue(state.take(), stream, fn, [](core::Communicator& c) {
+    uint8_t token = 0;
+    return c.run(makeCall(Collective::AllReduce, &token, &token, 1, weftUint8));
   });
 }

@@ -1,7 +1,8 @@
 // Communicator lifecycle: unique ids, init (blocking and not), destroy, abort, queries.
 #include <unistd.h>
 
-#include "api/comm_handle.h"
+#include "api/comm_init.h"
+#include "api/group.h"
 #include "core/bootstrap.h"
 #include "core/launch_env.h"
 #include "transport/socket/interface_select.h"
@@ -11,7 +12,7 @@
 using namespace weft;
 using api::CommState;
 
-namespace {
+namespace weft::api {
 
 Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* blocking) {
   *blocking = true;
@@ -34,13 +35,13 @@ Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* bloc
   return Status::ok();
 }
 
-// Runs (or starts, when non-blocking) the collective part of init for a new handle.
 weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id, int nranks, int rank,
                               const core::CommConfig& config, bool blocking, std::string removeWhenReady) {
   auto state = std::make_shared<CommState>();
   state->rank = rank;
   state->nranks = nranks;
   state->removeWhenReady = std::move(removeWhenReady);
+  state->config = config;
   auto work = [state, id, nranks, rank, config]() -> Status {
     auto made = core::Communicator::create(id, nranks, rank, config, &state->abortFlag);
     if (!state->removeWhenReady.empty()) ::unlink(state->removeWhenReady.c_str());
@@ -68,8 +69,27 @@ weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id
   return weftInProgress;
 }
 
+Result<core::UniqueIdContents> makeUniqueId() {
+  WEFT_ASSIGN_OR_RETURN(int timeoutMs, defaultTimeoutMs());
+  WEFT_ASSIGN_OR_RETURN(transport::NetworkInterface itf, transport::chooseInterface());
+  core::UniqueIdContents contents;
+  WEFT_ASSIGN_OR_RETURN(contents.secret, core::newSecret());
+  WEFT_TRY(core::startBootstrapRoot(itf.address, contents.secret, timeoutMs, &contents.root));
+  WEFT_INFO("unique id: root on %s (%s)", contents.root.toString().c_str(), itf.name.c_str());
+  return contents;
+}
+
+}  // namespace weft::api
+
+namespace {
+
 // Destroy and abort: stop the init thread if any, wait for an in-flight collective, free.
 weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) {
+  if (auto open = api::lookupComm(comm); open && !abort && api::groupHolds(open.get())) {
+    return api::reportError(Status(weftInvalidUsage, std::string(what) + ": this thread's open group holds calls on the "
+                                                                         "communicator; call weftGroupEnd first"),
+                            open.get());
+  }
   auto state = api::unregisterComm(comm);
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
@@ -83,18 +103,9 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
 
 extern "C" WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
   if (uniqueId == nullptr) return api::reportError(Status(weftInvalidArgument, "weftGetUniqueId: uniqueId is NULL"));
-  auto timeout = defaultTimeoutMs();
-  if (!timeout.isOk()) return api::reportError(timeout.status());
-  auto itf = transport::chooseInterface();
-  if (!itf.isOk()) return api::reportError(itf.status().withContext("weftGetUniqueId"));
-  auto secret = core::newSecret();
-  if (!secret.isOk()) return api::reportError(secret.status().withContext("weftGetUniqueId"));
-  core::UniqueIdContents contents;
-  contents.secret = secret.value();
-  Status started = core::startBootstrapRoot(itf.value().address, contents.secret, timeout.value(), &contents.root);
-  if (!started.isOk()) return api::reportError(started.withContext("weftGetUniqueId"));
-  WEFT_INFO("unique id: root on %s (%s)", contents.root.toString().c_str(), itf.value().name.c_str());
-  core::encodeUniqueId(contents, uniqueId);
+  auto contents = api::makeUniqueId();
+  if (!contents.isOk()) return api::reportError(contents.status().withContext("weftGetUniqueId"));
+  core::encodeUniqueId(contents.value(), uniqueId);
   return weftSuccess;
 }
 
@@ -112,11 +123,11 @@ extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nr
   auto commConfig = core::defaultCommConfig();
   if (!commConfig.isOk()) return api::reportError(commConfig.status().withContext("weftCommInitRank"));
   bool blocking = true;
-  Status checked = checkConfig(config, &commConfig.value(), &blocking);
+  Status checked = api::checkConfig(config, &commConfig.value(), &blocking);
   if (!checked.isOk()) return api::reportError(checked.withContext("weftCommInitRank"));
   auto id = core::decodeUniqueId(commId);
   if (!id.isOk()) return api::reportError(id.status().withContext("weftCommInitRank"));
-  return initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "");
+  return api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "");
 }
 
 extern "C" WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId commId, int rank) {
@@ -133,7 +144,7 @@ extern "C" WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm) {
   const core::LaunchInfo& info = launch.value();
   WEFT_INFO("rank %d of %d from %s, root %s", info.rank, info.nranks, info.launcher.c_str(),
             info.id.root.toString().c_str());
-  return initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove);
+  return api::initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove);
 }
 
 extern "C" WEFT_API weftResult_t weftCommDestroy(weftComm_t comm) {

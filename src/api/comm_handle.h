@@ -4,17 +4,28 @@
 // Collectives run through the progress engine, which destroy and abort shut down first.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/communicator.h"
 #include "core/progress_engine.h"
 #include "util/status.h"
 
 namespace weft::api {
+
+// An operator made by weftRedOpCreatePreMulSum; its weftRedOp_t is weftNumOps + its index.
+struct PreMulSumOp {
+  bool live = true;
+  weftDataType_t type;
+  std::array<unsigned char, 8> value{};  // weftScalarHostImmediate
+  const void* at = nullptr;              // weftScalarDevice: read when a collective runs
+};
 
 struct CommState {
   std::atomic<bool> abortFlag{false};
@@ -24,10 +35,13 @@ struct CommState {
   core::ProgressEngine engine;                       // runs the collectives in issue order
   std::thread initThread;                            // non-blocking init
   std::string removeWhenReady;                       // local rendezvous file (rank 0)
+  std::mutex redOpsMutex;
+  std::vector<PreMulSumOp> redOps;
   std::mutex lastErrorMutex;
   std::string lastError;
   int rank = -1;
   int nranks = 0;
+  core::CommConfig config;  // what init was given (weftCommSplit inherits it)
 };
 
 weftComm_t registerComm(std::shared_ptr<CommState> state);
@@ -37,5 +51,10 @@ std::shared_ptr<CommState> unregisterComm(weftComm_t comm);
 // Records the error as the thread's (and the communicator's, when given) last error and
 // returns its code. Logs at WARN.
 weftResult_t reportError(const Status& status, CommState* state = nullptr);
+
+// Runs `op` in the communicator's issue order: now, on this thread, for the NULL stream
+// (returning its result), or queued for a host stream (returning at once).
+using CommOp = std::function<Status(core::Communicator&)>;
+weftResult_t issue(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn, CommOp op);
 
 }  // namespace weft::api

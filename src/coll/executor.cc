@@ -30,13 +30,18 @@ struct PeerState {
 
 class Run {
  public:
-  Run(const Schedule& schedule, const ExecutionBuffers& buffers, const ExecutionContext& context)
+  Run(const Schedule& schedule, std::span<const OperationData> operations, void* scratch,
+      const ExecutionContext& context)
       : s_(schedule), ctx_(context), remaining_(schedule.steps.size()), ready_(schedule.steps.size(), 0),
         peers_(schedule.peers.size()) {
-    base_[static_cast<int>(Buffer::Send)] = static_cast<char*>(const_cast<void*>(buffers.send));
-    base_[static_cast<int>(Buffer::Recv)] = static_cast<char*>(buffers.recv);
-    base_[static_cast<int>(Buffer::Scratch)] = static_cast<char*>(buffers.scratch);
-    reduceOp_ = context.op == weftAvg ? weftSum : context.op;
+    base_.resize(1 + 2 * operations.size());
+    base_[Buffer::Scratch] = static_cast<char*>(scratch);
+    for (size_t i = 0; i < operations.size(); ++i) {
+      const OperationData& op = operations[i];
+      base_[Buffer::send(i)] = static_cast<char*>(const_cast<void*>(op.send));
+      base_[Buffer::recv(i)] = static_cast<char*>(op.recv);
+      reduce_.push_back({op.type, op.op == weftAvg ? weftSum : op.op, kernels::dataTypeSize(op.type)});
+    }
   }
 
   Status execute() {
@@ -79,18 +84,19 @@ class Run {
   }
 
  private:
-  char* address(const Region& region) const { return base_[static_cast<int>(region.buffer)] + region.offset; }
+  char* address(const Region& region) const { return base_[region.buffer] + region.offset; }
 
   void compute(const Step& step) {
+    const transport::ReduceSpec& spec = reduce_[step.operation];
     switch (step.kind) {
       case StepKind::Reduce:
-        kernels::reduce(address(step.dst), address(step.src), address(step.src2), step.elements, ctx_.type, reduceOp_);
+        kernels::reduce(address(step.dst), address(step.src), address(step.src2), step.elements, spec.type, spec.op);
         break;
       case StepKind::Copy:
         std::memcpy(address(step.dst), address(step.src), step.bytes);
         break;
       case StepKind::Divide:
-        kernels::divide(address(step.dst), address(step.dst), step.elements, ctx_.type,
+        kernels::divide(address(step.dst), address(step.dst), step.elements, spec.type,
                         static_cast<uint64_t>(ctx_.nranks));
         break;
       default:
@@ -134,8 +140,7 @@ class Run {
       const Step& st = s_.steps[step];
       transport::RequestId id;
       if (st.kind == StepKind::RecvReduce) {
-        WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes,
-                                                 {ctx_.type, reduceOp_, kernels::dataTypeSize(ctx_.type)}, &id));
+        WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes, reduce_[st.operation], &id));
       } else {
         WEFT_TRY(peer.connection->postRecv(address(st.dst), st.bytes, &id));
       }
@@ -204,8 +209,8 @@ class Run {
 
   const Schedule& s_;
   const ExecutionContext& ctx_;
-  char* base_[3];
-  weftRedOp_t reduceOp_;
+  std::vector<char*> base_;                   // by BufferId
+  std::vector<transport::ReduceSpec> reduce_;  // by operation
   std::vector<uint32_t> remaining_;
   std::vector<uint8_t> ready_;
   std::vector<PeerState> peers_;
@@ -216,9 +221,10 @@ class Run {
 
 }  // namespace
 
-Status executeSchedule(const Schedule& schedule, const ExecutionBuffers& buffers, const ExecutionContext& context) {
+Status executeSchedule(const Schedule& schedule, std::span<const OperationData> operations, void* scratch,
+                       const ExecutionContext& context) {
   if (schedule.steps.empty()) return Status::ok();
-  Run run(schedule, buffers, context);
+  Run run(schedule, operations, scratch, context);
   return run.execute();
 }
 

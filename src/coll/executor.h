@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <span>
 #include <string>
 
 #include "coll/schedule.h"
@@ -23,17 +24,18 @@ class ConnectionProvider {
   virtual std::string describe(int peer) const = 0;
 };
 
-struct ExecutionBuffers {
+// What one of the schedule's operations works on (Buffer::send(i), Buffer::recv(i)) and how
+// its steps reduce.
+struct OperationData {
   const void* send;
   void* recv;
-  void* scratch;
+  weftDataType_t type;
+  weftRedOp_t op;  // Avg reduces as Sum; the schedule carries the divide steps
 };
 
 struct ExecutionContext {
-  weftDataType_t type;
-  weftRedOp_t op;  // Avg reduces as Sum; the schedule carries the divide steps
   int nranks;
-  const char* collective;  // for messages: "all-reduce"
+  const char* collective;  // for messages: "all-reduce", "group", ...
   Deadline deadline;
   int timeoutMs;
   const std::atomic<bool>* abortFlag;
@@ -44,6 +46,8 @@ struct ExecutionContext {
   std::chrono::microseconds spinTime{2000};
 };
 
-Status executeSchedule(const Schedule& schedule, const ExecutionBuffers& buffers, const ExecutionContext& context);
+// operations.size() == schedule.operations; scratch holds schedule.scratchBytes.
+Status executeSchedule(const Schedule& schedule, std::span<const OperationData> operations, void* scratch,
+                       const ExecutionContext& context);
 
 }  // namespace weft::coll

@@ -1,9 +1,9 @@
-#include "coll/allreduce_schedules.h"
+#include "coll/schedules.h"
 #include "coll/schedule_builder.h"
 
 namespace weft::coll {
 
-Schedule buildRecursiveDoublingAllReduce(const AllReduceShape& shape) {
+Schedule buildRecursiveDoublingAllReduce(const CollectiveShape& shape) {
   const int n = shape.nranks;
   const int r = shape.rank;
   const size_t bytes = shape.count * shape.elementSize;

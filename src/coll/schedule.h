@@ -1,6 +1,8 @@
 // An algorithm is data: a Schedule is a graph of steps (send, receive, reduce, copy, divide)
-// over regions of three buffers, with dependencies. Builders make one per (algorithm, count,
-// element size, rank layout, in-place); one Executor runs any of them.
+// over regions of buffers, with dependencies. Builders make one per (collective, algorithm,
+// count, element size, rank layout, in-place) over three buffers (send, receive, scratch);
+// a group's schedules merge into one over every operation's buffers (schedule_merge.h). One
+// Executor runs any of them.
 #pragma once
 
 #include <cstddef>
@@ -11,10 +13,18 @@
 
 namespace weft::coll {
 
-enum class Buffer : uint8_t { Send, Recv, Scratch };
+// Buffers are numbered: the shared scratch, then each operation's send and receive buffers.
+using BufferId = uint16_t;
+struct Buffer {
+  static constexpr BufferId Scratch = 0;
+  static constexpr BufferId Send = 1;  // operation 0's; operation i's is send(i)
+  static constexpr BufferId Recv = 2;
+  static constexpr BufferId send(size_t operation) { return static_cast<BufferId>(1 + 2 * operation); }
+  static constexpr BufferId recv(size_t operation) { return static_cast<BufferId>(2 + 2 * operation); }
+};
 
 struct Region {
-  Buffer buffer;
+  BufferId buffer;
   size_t offset;  // bytes
 };
 
@@ -29,6 +39,7 @@ enum class StepKind : uint8_t {
 
 struct Step {
   StepKind kind;
+  uint16_t operation = 0;  // which of the execution's operations (data type, reduction) it serves
   int peer = -1;
   int peerSlot = -1;  // index into Schedule::peers, filled by the builder
   Region dst{Buffer::Recv, 0};
@@ -53,6 +64,7 @@ struct Schedule {
   std::vector<std::vector<uint32_t>> sendOrder;  // parallel to peers
   std::vector<std::vector<uint32_t>> recvOrder;  // parallel to peers
   const char* algorithm = "";
+  size_t operations = 1;  // buffers used: Buffer::send/recv(i) for i < operations
 };
 
 }  // namespace weft::coll

@@ -4,7 +4,7 @@
 
 namespace weft::coll {
 
-ScheduleBuilder::RegionMap& ScheduleBuilder::regionsOf(Buffer buffer) {
+ScheduleBuilder::RegionMap& ScheduleBuilder::regionsOf(BufferId buffer) {
   if (inPlace_ && buffer == Buffer::Send) buffer = Buffer::Recv;
   return regions_[static_cast<int>(buffer)];
 }

@@ -33,7 +33,7 @@ class ScheduleBuilder {
   uint32_t add(Step step);
   void read(uint32_t step, Region region, size_t bytes);
   void write(uint32_t step, Region region, size_t bytes);
-  RegionMap& regionsOf(Buffer buffer);
+  RegionMap& regionsOf(BufferId buffer);
   template <typename Fn>
   void forOverlapping(RegionMap& map, size_t begin, size_t end, Fn&& fn);
   void dependOn(uint32_t step, int64_t on);

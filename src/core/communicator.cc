@@ -2,9 +2,11 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/bootstrap.h"
+#include "coll/schedule_merge.h"
 #include "kernels/cpu/reduce.h"
 #include "util/env.h"
 #include "util/log.h"
@@ -73,31 +75,147 @@ Status Communicator::fail(Status status) {
   return status;
 }
 
-Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t type,
-                               weftRedOp_t op) {
+namespace {
+
+bool isPointToPoint(const CollectiveCall& call) {
+  return call.collective == coll::Collective::Send || call.collective == coll::Collective::Recv;
+}
+
+size_t callBytes(const CollectiveCall& call) { return call.count * kernels::dataTypeSize(call.type); }
+
+// Bytes of the send buffer: n blocks for reduce-scatter, scatter and alltoall, else one.
+size_t inputBytes(const CollectiveCall& call, int nranks) {
+  switch (call.collective) {
+    case coll::Collective::ReduceScatter:
+    case coll::Collective::Scatter:
+    case coll::Collective::AlltoAll: return callBytes(call) * static_cast<size_t>(nranks);
+    default: return callBytes(call);
+  }
+}
+
+// Pairs the k-th send to this rank itself with the k-th receive from it, and copies.
+Status copyToSelf(std::span<const CollectiveCall> calls, int self) {
+  std::vector<const CollectiveCall*> sends, recvs;
+  for (const CollectiveCall& call : calls) {
+    if (isPointToPoint(call) && call.root == self) (call.collective == coll::Collective::Send ? sends : recvs).push_back(&call);
+  }
+  if (sends.size() != recvs.size()) {
+    return Status(weftInvalidUsage, formatString("%zu send(s) to this rank itself but %zu receive(s) from it: a send "
+                                                 "to self needs a matching receive in the same group",
+                                                 sends.size(), recvs.size()));
+  }
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (callBytes(*sends[i]) != callBytes(*recvs[i])) {
+      return Status(weftInvalidUsage, formatString("send to self of %zu bytes paired with a receive of %zu bytes",
+                                                   callBytes(*sends[i]), callBytes(*recvs[i])));
+    }
+    if (callBytes(*sends[i]) > 0) std::memmove(recvs[i]->recv, sends[i]->send, callBytes(*sends[i]));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Communicator::connectFor(std::span<const CollectiveCall> calls, const char* what, const Deadline& deadline) {
+  bool everyone = false;
+  std::vector<int> peers;
+  for (const CollectiveCall& call : calls) {
+    if (callBytes(call) == 0) continue;
+    if (!isPointToPoint(call)) {
+      everyone = everyone || size() > 1;
+    } else if (call.root != rank() && std::find(peers.begin(), peers.end(), call.root) == peers.end()) {
+      peers.push_back(call.root);
+    }
+  }
+  if (everyone) {
+    WEFT_TRY(fail(mesh_.connectAll(deadline).withContext(what)));
+    recvReduceEverywhere_ = true;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      WEFT_ASSIGN_OR_RETURN(transport::Connection * c, mesh_.connection(peer, deadline));
+      recvReduceEverywhere_ = recvReduceEverywhere_ && c->supportsRecvReduce();
+    }
+    return Status::ok();
+  }
+  return fail(mesh_.connectPeers(std::move(peers), deadline).withContext(what));
+}
+
+coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
+  using coll::Collective;
+  coll::CollectiveShape shape;
+  shape.collective = call.collective;
+  shape.nranks = size();
+  shape.rank = rank();
+  shape.count = call.count;
+  shape.elementSize = kernels::dataTypeSize(call.type);
+  shape.root = call.root;
+  shape.average = call.op == weftAvg;
+  shape.recvReduce = recvReduceEverywhere_;
+  const char* send = static_cast<const char*>(call.send);
+  const char* recv = static_cast<const char*>(call.recv);
+  const size_t myBlock = static_cast<size_t>(rank()) * shape.bytes();
+  const bool isRoot = rank() == call.root;
+  switch (call.collective) {
+    case Collective::AllReduce:
+    case Collective::AlltoAll: shape.inPlace = send == recv; break;
+    case Collective::Broadcast:
+    case Collective::Reduce: shape.inPlace = isRoot && send == recv; break;
+    case Collective::AllGather: shape.inPlace = recv != nullptr && send == recv + myBlock; break;
+    case Collective::ReduceScatter: shape.inPlace = send != nullptr && recv == send + myBlock; break;
+    case Collective::Gather: shape.inPlace = isRoot && recv != nullptr && send == recv + myBlock; break;
+    case Collective::Scatter: shape.inPlace = isRoot && send != nullptr && recv == send + myBlock; break;
+    case Collective::Send:
+    case Collective::Recv: break;
+  }
+  return shape;
+}
+
+Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
+  const char* what = calls.size() == 1 ? coll::collectiveName(calls[0].collective) : "group";
   if (!failure_.isOk()) {
     return Status(failure_.code(), "the communicator failed earlier and must be aborted: " + failure_.message());
   }
   if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
-  const size_t elementSize = kernels::dataTypeSize(type);
-  const size_t bytes = count * elementSize;
   const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
-  coll::AllReduceShape shape{size(), rank(), count, elementSize, sendbuff == recvbuff, op == weftAvg};
-  if (size() > 1 && bytes > 0) {
-    WEFT_TRY(fail(mesh_.connectAll(deadline).withContext("all-reduce")));
-    WEFT_ASSIGN_OR_RETURN(transport::Connection * fromPrev, mesh_.connection((rank() + size() - 1) % size(), deadline));
-    shape.recvReduce = fromPrev->supportsRecvReduce();
+  WEFT_TRY(copyToSelf(calls, rank()));
+  WEFT_TRY(connectFor(calls, what, deadline));
+
+  std::vector<std::shared_ptr<const coll::Schedule>> schedules;
+  std::vector<coll::OperationData> operations;
+  std::vector<std::unique_ptr<char, FreeDeleter>> staging;  // PreMulSum's scaled inputs
+  for (const CollectiveCall& original : calls) {
+    if (isPointToPoint(original) && original.root == rank()) continue;  // copied above
+    CollectiveCall call = original;
+    if (call.preMulSum) {
+      const size_t bytes = inputBytes(call, size());
+      staging.emplace_back(static_cast<char*>(std::malloc(std::max<size_t>(bytes, 1))));
+      if (!staging.back()) return Status(weftSystemError, formatString("%s: out of memory for %zu bytes", what, bytes));
+      const size_t elements = bytes / kernels::dataTypeSize(call.type);
+      kernels::scale(staging.back().get(), call.send, elements, call.type,
+                     call.scalarAt ? call.scalarAt : call.scalarValue.data());
+      call.send = staging.back().get();
+      call.op = weftSum;
+    }
+    const coll::CollectiveShape shape = shapeOf(call);
+    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, call.collective, shape.bytes(), size());
+    schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
+    operations.push_back({call.send, call.recv, call.type, call.op});
   }
-  const coll::AllReduceAlgorithm algorithm = coll::chooseAllReduce(tuning_, bytes, size());
-  const coll::Schedule& schedule = schedules_.allReduce(shape, algorithm, tuning_);
-  void* scratchBuffer = scratch(schedule.scratchBytes);
-  if (schedule.scratchBytes > 0 && scratchBuffer == nullptr) {
-    return Status(weftSystemError, formatString("all-reduce: out of memory for %zu bytes of scratch", schedule.scratchBytes));
+  if (schedules.empty()) return Status::ok();
+  coll::Schedule merged;
+  const coll::Schedule* schedule = schedules[0].get();
+  if (schedules.size() > 1) {
+    std::vector<const coll::Schedule*> parts;
+    for (const auto& s : schedules) parts.push_back(s.get());
+    merged = coll::mergeSchedules(parts);
+    schedule = &merged;
   }
-  coll::ExecutionBuffers buffers{sendbuff, recvbuff, scratchBuffer};
-  coll::ExecutionContext context{type,      op,         size(), "all-reduce", deadline, config_.timeoutMs,
-                                 abortFlag_, &mesh_,     spinTime_};
-  return fail(coll::executeSchedule(schedule, buffers, context));
+  void* scratchBuffer = scratch(schedule->scratchBytes);
+  if (schedule->scratchBytes > 0 && scratchBuffer == nullptr) {
+    return Status(weftSystemError, formatString("%s: out of memory for %zu bytes of scratch", what, schedule->scratchBytes));
+  }
+  coll::ExecutionContext context{size(), what, deadline, config_.timeoutMs, abortFlag_, &mesh_, spinTime_};
+  return fail(coll::executeSchedule(*schedule, operations, scratchBuffer, context));
 }
 
 }  // namespace weft::core

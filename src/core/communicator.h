@@ -5,7 +5,10 @@
 #include <cstdlib>
 #include <memory>
 
-#include "coll/algorithm_choice.h"
+#include <span>
+
+#include "coll/schedule_cache.h"
+#include "core/collective_call.h"
 #include "core/peer_mesh.h"
 #include "core/unique_id.h"
 
@@ -31,11 +34,18 @@ class Communicator {
   int size() const { return mesh_.size(); }
   int timeoutMs() const { return config_.timeoutMs; }
 
-  Status allReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t type, weftRedOp_t op);
+  const CommConfig& config() const { return config_; }
+
+  // Runs one call, or a group's calls together (see coll/schedule_merge.h); returns when all
+  // are done. Sends to and receives from this rank itself pair up within the calls.
+  Status run(const CollectiveCall& call) { return runGroup({&call, 1}); }
+  Status runGroup(std::span<const CollectiveCall> calls);
 
  private:
   Communicator(PeerMesh mesh, const CommConfig& config, coll::TuningConfig tuning, const std::atomic<bool>* abortFlag);
   void* scratch(size_t bytes);
+  Status connectFor(std::span<const CollectiveCall> calls, const char* what, const Deadline& deadline);
+  coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
   // A failed collective leaves connections mid-message: the communicator stays failed.
   Status fail(Status status);
 
@@ -44,6 +54,7 @@ class Communicator {
   coll::TuningConfig tuning_;
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
+  bool recvReduceEverywhere_ = false;  // every connection reduces on receipt (known after connectAll)
   std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
   std::unique_ptr<char, FreeDeleter> scratch_;

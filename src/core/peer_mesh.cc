@@ -1,5 +1,6 @@
 #include "core/peer_mesh.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/bootstrap_wire.h"
@@ -35,19 +36,28 @@ Result<transport::Connection*> PeerMesh::connection(int peer, const Deadline& de
   if (peer < 0 || peer >= size() || peer == rank_) {
     return Status(weftInternalError, formatString("no connection from rank %d to rank %d", rank_, peer));
   }
-  WEFT_TRY(connectAll(deadline));
-  return connections_[static_cast<size_t>(peer)].get();
+  auto& slot = connections_[static_cast<size_t>(peer)];
+  if (!slot) {
+    Status made = rank_ < peer ? connectTo(peer, deadline) : acceptFrom(peer, deadline);
+    if (!made.isOk()) return made.withContext("connecting to " + describe(peer));
+  }
+  return slot.get();
+}
+
+Status PeerMesh::connectPeers(std::vector<int> peers, const Deadline& deadline) {
+  std::sort(peers.begin(), peers.end());  // the global pair order, restricted to these pairs
+  for (int peer : peers) WEFT_TRY(connection(peer, deadline).status());
+  return Status::ok();
 }
 
 // Setting up a pair is a blocking handshake on both sides (shared-memory setup in particular),
 // so pairs are taken in one global order, by (higher rank, lower rank): the earliest pair not
-// yet done always has both of its ranks working on it, so no cycle of waits can form.
+// yet done always has both of its ranks working on it, so no cycle of waits can form. Visiting
+// peers in ascending rank order follows that order, for all peers or any subset of them.
 Status PeerMesh::connectAll(const Deadline& deadline) {
   if (connected_) return Status::ok();
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank_ || connections_[static_cast<size_t>(peer)]) continue;
-    Status made = rank_ < peer ? connectTo(peer, deadline) : acceptFrom(peer, deadline);
-    if (!made.isOk()) return made.withContext("connecting to " + describe(peer));
+    if (peer != rank_) WEFT_TRY(connection(peer, deadline).status());
   }
   connected_ = true;
   return Status::ok();

@@ -20,9 +20,13 @@ class PeerMesh final : public coll::ConnectionProvider {
   PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
            const transport::ShmOptions& shm, const std::atomic<bool>* abortFlag);
 
+  // The connection to `peer`, set up on first use (both ranks of the pair must ask for it).
   Result<transport::Connection*> connection(int peer, const Deadline& deadline) override;
   // Connects every pair (once; later calls return at once). Collective: all ranks call it.
   Status connectAll(const Deadline& deadline);
+  // Connects this rank to each of `peers` (point-to-point), in the order that cannot deadlock
+  // when every pair's two ranks both ask for it.
+  Status connectPeers(std::vector<int> peers, const Deadline& deadline);
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(peers_.size()); }
@@ -45,8 +49,8 @@ class PeerMesh final : public coll::ConnectionProvider {
   transport::ShmOptions shm_;
   const std::atomic<bool>* abortFlag_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
-  std::map<int, std::vector<transport::UniqueFd>> arrived_;
-  bool connected_ = false;  // accepted streams by peer, in stream order
+  std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order
+  bool connected_ = false;  // connectAll has run
 };
 
 }  // namespace weft::core

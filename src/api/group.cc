@@ -1,0 +1,126 @@
+#include "api/group.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "api/issue.h"
+
+using namespace weft;
+
+namespace {
+
+struct GroupedCall {
+  std::shared_ptr<api::CommState> state;
+  weftStream_t stream;
+  core::CollectiveCall call;
+};
+
+struct OpenGroup {
+  int depth = 0;
+  weftResult_t firstError = weftSuccess;
+  std::vector<GroupedCall> calls;
+};
+
+thread_local OpenGroup tlsGroup;
+
+// One communicator's share of a group.
+struct CommBatch {
+  std::shared_ptr<api::CommState> state;
+  weftStream_t stream;
+  std::vector<core::CollectiveCall> calls;
+};
+
+api::CommOp runBatch(std::vector<core::CollectiveCall> calls) {
+  return [calls = std::move(calls)](core::Communicator& c) { return c.runGroup(calls); };
+}
+
+// Several communicators with work for the NULL stream: each may wait on its peers, which may be
+// other communicators of this very group (one thread driving several ranks), so they run side by
+// side on their progress threads while this thread waits for all.
+weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
+  std::vector<std::shared_ptr<api::HostStream>> waits;
+  weftResult_t result = weftSuccess;
+  for (CommBatch& batch : batches) {
+    auto stream = std::make_shared<api::HostStream>();
+    Status queued = api::enqueueOnStream(batch.state, stream, "weftGroupEnd", runBatch(std::move(batch.calls)), false);
+    if (!queued.isOk()) {
+      result = api::reportError(queued, batch.state.get());
+      continue;
+    }
+    waits.push_back(std::move(stream));
+  }
+  for (size_t i = 0; i < waits.size(); ++i) {
+    // Each operation ends at its own deadline; this wait only needs to outlast it.
+    Status done = waits[i]->synchronize(batches[i].state->communicator->timeoutMs() * 2);
+    if (!done.isOk() && result == weftSuccess) result = api::reportError(done, batches[i].state.get());
+  }
+  return result;
+}
+
+}  // namespace
+
+namespace weft::api {
+
+bool groupIsOpen() { return tlsGroup.depth > 0; }
+
+void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call) {
+  tlsGroup.calls.push_back({std::move(state), stream, call});
+}
+
+void failGroup(weftResult_t code) {
+  if (tlsGroup.firstError == weftSuccess) tlsGroup.firstError = code;
+}
+
+bool groupHolds(const CommState* state) {
+  return std::any_of(tlsGroup.calls.begin(), tlsGroup.calls.end(),
+                     [state](const GroupedCall& g) { return g.state.get() == state; });
+}
+
+}  // namespace weft::api
+
+extern "C" WEFT_API weftResult_t weftGroupStart(void) {
+  ++tlsGroup.depth;
+  return weftSuccess;
+}
+
+extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
+  if (tlsGroup.depth == 0) {
+    return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: no group is open (weftGroupStart was not called)"));
+  }
+  if (--tlsGroup.depth > 0) return weftSuccess;
+  OpenGroup group = std::move(tlsGroup);
+  tlsGroup = OpenGroup{};
+  if (group.firstError != weftSuccess) {
+    return api::reportError(Status(group.firstError, "weftGroupEnd: a call in the group failed (see its error); "
+                                                     "nothing in the group was issued"));
+  }
+  std::vector<CommBatch> batches;
+  for (GroupedCall& g : group.calls) {
+    auto it = std::find_if(batches.begin(), batches.end(), [&](const CommBatch& b) { return b.state == g.state; });
+    if (it == batches.end()) {
+      batches.push_back({g.state, g.stream, {}});
+      it = batches.end() - 1;
+    } else if (it->stream != g.stream) {
+      return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: calls on one communicator used different "
+                                                       "streams within a group; nothing was issued"),
+                              g.state.get());
+    }
+    it->calls.push_back(g.call);
+  }
+  if (batches.size() == 1) {
+    return api::issue(batches[0].state, batches[0].stream, "weftGroupEnd", runBatch(std::move(batches[0].calls)));
+  }
+  // Several communicators: queue the host-stream work first, then run the rest side by side.
+  weftResult_t result = weftSuccess;
+  std::vector<CommBatch> blocking;
+  for (CommBatch& batch : batches) {
+    if (batch.stream == nullptr) {
+      blocking.push_back(std::move(batch));
+      continue;
+    }
+    weftResult_t r = api::issue(batch.state, batch.stream, "weftGroupEnd", runBatch(std::move(batch.calls)));
+    if (result == weftSuccess) result = r;
+  }
+  weftResult_t r = runConcurrently(blocking);
+  return result == weftSuccess ? r : result;
+}

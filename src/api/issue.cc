@@ -1,0 +1,46 @@
+#include "api/issue.h"
+
+namespace weft::api {
+namespace {
+
+// The operation as it runs: on the communicator, with the call's name and the rank in errors.
+std::function<Status()> bind(std::shared_ptr<CommState> state, const char* fn, CommOp op) {
+  return [state = std::move(state), fn, op = std::move(op)]() -> Status {
+    if (!state->communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
+    core::Communicator& c = *state->communicator;
+    return op(c).withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
+  };
+}
+
+}  // namespace
+
+Status enqueueOnStream(std::shared_ptr<CommState> state, std::shared_ptr<HostStream> stream, const char* fn,
+                       CommOp op, bool recordAsyncError) {
+  auto run = bind(state, fn, std::move(op));
+  uint64_t seq = stream->reserve();
+  int timeoutMs = state->communicator->timeoutMs();
+  CommState* cs = state.get();
+  Status queued = cs->engine.enqueue([state, stream, seq, timeoutMs, run, recordAsyncError]() {
+    Status status = stream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
+    if (status.isOk()) status = run();
+    if (!status.isOk() && recordAsyncError) {
+      int expected = weftSuccess;
+      state->backgroundError.compare_exchange_strong(expected, status.code());
+      reportError(status, state.get());
+    }
+    stream->finish(status);
+    return status;
+  });
+  if (!queued.isOk()) stream->finish(queued);
+  return queued;
+}
+
+weftResult_t issue(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn, CommOp op) {
+  CommState* cs = state.get();
+  if (stream == nullptr) return reportError(cs->engine.runBlocking(bind(state, fn, std::move(op))), cs);
+  auto hostStream = lookupStream(stream);
+  if (!hostStream) return reportError(Status(weftInvalidArgument, std::string(fn) + ": the stream was destroyed"), cs);
+  return reportError(enqueueOnStream(std::move(state), std::move(hostStream), fn, std::move(op), true), cs);
+}
+
+}  // namespace weft::api

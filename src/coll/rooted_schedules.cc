@@ -1,0 +1,171 @@
+// Broadcast and reduce as a pipelined chain (ring order from the root) or a binary tree, and
+// all-reduce as a tree reduce followed by a tree broadcast.
+#include "coll/block_layout.h"
+#include "coll/schedule_builder.h"
+#include "coll/schedules.h"
+#include "coll/tree.h"
+
+namespace weft::coll {
+namespace {
+
+// Chunks of one contiguous buffer (a single "block").
+struct Chunks {
+  Chunks(const CollectiveShape& shape, const PipelineParams& pipeline)
+      : layout(BlockLayout::uniform(shape.count, 1, chunkElementsFor(pipeline.chunkBytes, shape.elementSize))),
+        esize(shape.elementSize),
+        slotBytes(std::min(chunkElementsFor(pipeline.chunkBytes, shape.elementSize), shape.count) * shape.elementSize) {}
+
+  size_t count() const { return layout.chunks(0); }
+  size_t elements(size_t c) const { return layout.chunkElements(0, c); }
+  size_t bytes(size_t c) const { return elements(c) * esize; }
+  Region at(BufferId buffer, size_t c) const { return {buffer, layout.chunkBegin(0, c) * esize}; }
+
+  BlockLayout layout;
+  size_t esize;
+  size_t slotBytes;
+};
+
+// Folds `incoming` from `peer` into dst = current op incoming, on receipt where the transport
+// can, else through a scratch slot. Returns dst.
+Region reduceFrom(ScheduleBuilder& b, const CollectiveShape& shape, ScratchSlots& recvSlots, int peer, Region dst,
+                  Region current, size_t elements) {
+  if (shape.recvReduce) {
+    b.recvReduce(peer, dst, current, elements, shape.elementSize);
+  } else {
+    Region slot = recvSlots.next();
+    b.recv(peer, slot, elements * shape.elementSize);
+    b.reduce(dst, current, slot, elements, shape.elementSize);
+  }
+  return dst;
+}
+
+// One chunk's tree reduction: `input` op every child's partial, accumulated in `acc`, sent up
+// to the parent. Returns where this rank's partial ends (input itself at a leaf).
+Region treeReduceChunk(ScheduleBuilder& b, const CollectiveShape& shape, const TreePosition& pos,
+                       ScratchSlots& recvSlots, Region input, Region acc, size_t elements) {
+  Region current = input;
+  for (int i = 0; i < pos.childCount; ++i) {
+    current = reduceFrom(b, shape, recvSlots, pos.children[i], acc, current, elements);
+  }
+  if (pos.parent >= 0) b.send(pos.parent, current, elements * shape.elementSize);
+  return current;
+}
+
+// The one-rank case of every rooted collective: the data is already where it belongs.
+Schedule copyOnly(const CollectiveShape& shape, const char* algorithm) {
+  ScheduleBuilder b(shape.inPlace);
+  if (!shape.inPlace && shape.bytes() > 0) b.copy({Buffer::Recv, 0}, {Buffer::Send, 0}, shape.bytes());
+  return b.finish(algorithm, 0);
+}
+
+}  // namespace
+
+Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline) {
+  const int n = shape.nranks;
+  if (n == 1 || shape.bytes() == 0) return shape.rank == shape.root ? copyOnly(shape, "ring") : ScheduleBuilder(false).finish("ring", 0);
+  const int v = (shape.rank - shape.root + n) % n;
+  const int prev = (shape.rank + n - 1) % n, next = (shape.rank + 1) % n;
+  const Chunks chunks(shape, pipeline);
+  ScheduleBuilder b(shape.inPlace);
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    const Region mine = chunks.at(Buffer::Recv, c);
+    if (v == 0) {
+      b.send(next, shape.inPlace ? mine : chunks.at(Buffer::Send, c), chunks.bytes(c));
+    } else {
+      b.recv(prev, mine, chunks.bytes(c));
+      if (v < n - 1) b.send(next, mine, chunks.bytes(c));
+    }
+  }
+  if (v == 0 && !shape.inPlace) b.copy({Buffer::Recv, 0}, {Buffer::Send, 0}, shape.bytes());
+  return b.finish("ring", 0);
+}
+
+Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
+  const int n = shape.nranks;
+  if (n == 1 || shape.bytes() == 0) return copyOnly(shape, "ring");
+  // Partials flow from virtual rank n-1 down to the root (virtual rank 0).
+  const int v = (shape.rank - shape.root + n) % n;
+  const int upstream = (shape.rank + 1) % n, downstream = (shape.rank + n - 1) % n;
+  const Chunks chunks(shape, pipeline);
+  const size_t slots = static_cast<size_t>(pipeline.slots);
+  ScratchSlots recvSlots(chunks.slotBytes, slots);
+  ScratchSlots accSlots(chunks.slotBytes, slots, recvSlots.capacity());
+  ScheduleBuilder b(shape.inPlace);
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    const Region input = chunks.at(Buffer::Send, c);
+    if (v == n - 1) {
+      b.send(downstream, input, chunks.bytes(c));
+      continue;
+    }
+    const Region acc = v == 0 ? chunks.at(Buffer::Recv, c) : accSlots.next();
+    reduceFrom(b, shape, recvSlots, upstream, acc, input, chunks.elements(c));
+    if (v > 0) {
+      b.send(downstream, acc, chunks.bytes(c));
+    } else if (shape.average) {
+      b.divide(acc, chunks.elements(c), shape.elementSize);
+    }
+  }
+  return b.finish("ring", std::max(recvSlots.end(), accSlots.end()));
+}
+
+Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline) {
+  if (shape.nranks == 1 || shape.bytes() == 0) {
+    return shape.rank == shape.root ? copyOnly(shape, "tree") : ScheduleBuilder(false).finish("tree", 0);
+  }
+  const TreePosition pos = binaryTreePosition(shape.rank, shape.root, shape.nranks);
+  const Chunks chunks(shape, pipeline);
+  ScheduleBuilder b(shape.inPlace);
+  const bool root = pos.parent < 0;
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    const Region mine = chunks.at(Buffer::Recv, c);
+    const Region source = root && !shape.inPlace ? chunks.at(Buffer::Send, c) : mine;
+    if (!root) b.recv(pos.parent, mine, chunks.bytes(c));
+    for (int i = 0; i < pos.childCount; ++i) b.send(pos.children[i], source, chunks.bytes(c));
+  }
+  if (root && !shape.inPlace) b.copy({Buffer::Recv, 0}, {Buffer::Send, 0}, shape.bytes());
+  return b.finish("tree", 0);
+}
+
+Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
+  if (shape.nranks == 1 || shape.bytes() == 0) return copyOnly(shape, "tree");
+  const TreePosition pos = binaryTreePosition(shape.rank, shape.root, shape.nranks);
+  const Chunks chunks(shape, pipeline);
+  const size_t slots = static_cast<size_t>(pipeline.slots);
+  ScratchSlots recvSlots(chunks.slotBytes, 2 * slots);
+  ScratchSlots accSlots(chunks.slotBytes, slots, recvSlots.capacity());
+  ScheduleBuilder b(shape.inPlace);
+  const bool root = pos.parent < 0;
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    if (pos.childCount == 0) {  // a leaf
+      b.send(pos.parent, chunks.at(Buffer::Send, c), chunks.bytes(c));
+      continue;
+    }
+    const Region acc = root ? chunks.at(Buffer::Recv, c) : accSlots.next();
+    treeReduceChunk(b, shape, pos, recvSlots, chunks.at(Buffer::Send, c), acc, chunks.elements(c));
+    if (root && shape.average) b.divide(acc, chunks.elements(c), shape.elementSize);
+  }
+  return b.finish("tree", std::max(recvSlots.end(), accSlots.end()));
+}
+
+Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
+  if (shape.nranks == 1 || shape.bytes() == 0) return copyOnly(shape, "tree");
+  const TreePosition pos = binaryTreePosition(shape.rank, 0, shape.nranks);
+  const Chunks chunks(shape, pipeline);
+  ScratchSlots recvSlots(chunks.slotBytes, 2 * static_cast<size_t>(pipeline.slots));
+  ScheduleBuilder b(shape.inPlace);
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    const Region mine = chunks.at(Buffer::Recv, c);
+    // Up: each interior rank accumulates its subtree's partial in its receive buffer.
+    treeReduceChunk(b, shape, pos, recvSlots, chunks.at(Buffer::Send, c), mine, chunks.elements(c));
+    // Down: the root's total (averaged there) replaces every partial.
+    if (pos.parent < 0) {
+      if (shape.average) b.divide(mine, chunks.elements(c), shape.elementSize);
+    } else {
+      b.recv(pos.parent, mine, chunks.bytes(c));
+    }
+    for (int i = 0; i < pos.childCount; ++i) b.send(pos.children[i], mine, chunks.bytes(c));
+  }
+  return b.finish("tree", recvSlots.end());
+}
+
+}  // namespace weft::coll

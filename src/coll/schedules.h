@@ -1,0 +1,57 @@
+// Schedule builders, one per (collective, algorithm). Each returns the steps of this rank
+// (shape.rank) over its send, receive and scratch buffers; see schedule.h.
+#pragma once
+
+#include "coll/collective.h"
+#include "coll/schedule.h"
+
+namespace weft::coll {
+
+// How the pipelined algorithms cut their data: chunks of about chunkBytes, and for those that
+// receive into scratch, `slots` chunk buffers so one chunk is on the wire while another is used.
+struct PipelineParams {
+  size_t chunkBytes = 512 * 1024;
+  int slots = 4;
+};
+
+// --- all-reduce ---
+// Ring reduce-scatter then all-gather, each block cut into chunks that flow through scratch
+// slots, so one chunk is on the wire while another is reduced. With shape.recvReduce, each
+// reduce-scatter chunk is reduced straight out of the transport's staging memory instead.
+Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
+// Recursive doubling over the largest power of two of ranks, the others folded in first and
+// answered last: log2(n) + 2 rounds of whole-buffer exchanges, for small messages.
+Schedule buildRecursiveDoublingAllReduce(const CollectiveShape& shape);
+// Every rank sends its whole input to every other rank and reduces all n inputs itself, in
+// rank order: one round of n-1 concurrent exchanges, for small messages on few ranks.
+Schedule buildOneShotAllReduce(const CollectiveShape& shape);
+// A tree reduce to rank 0 and a tree broadcast back, pipelined by chunks: 2 log2(n) latency.
+Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
+
+// --- broadcast and reduce (rooted) ---
+// A chain from the root through every rank in ring order, pipelined by chunks: each rank
+// sends the data once, the bandwidth-optimal choice for large messages.
+Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline);
+// The chain backwards: partial reductions flow toward the root, each rank adding its input.
+Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
+// A binary tree rooted at the root (children 2v+1, 2v+2 of virtual rank v): depth log2(n).
+Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline);
+Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
+
+// --- all-gather and reduce-scatter ---
+// Blocks passed (reduced) around the ring in n-1 pipelined steps.
+Schedule buildRingAllGather(const CollectiveShape& shape, const PipelineParams& pipeline);
+Schedule buildRingReduceScatter(const CollectiveShape& shape, const PipelineParams& pipeline);
+// One round: every rank sends each peer what it needs directly (reduce-scatter reduces the
+// n contributions to its block in rank order).
+Schedule buildOneShotAllGather(const CollectiveShape& shape);
+Schedule buildOneShotReduceScatter(const CollectiveShape& shape);
+
+// --- personalized exchanges and point-to-point ---
+Schedule buildAlltoAll(const CollectiveShape& shape);
+Schedule buildGather(const CollectiveShape& shape);
+Schedule buildScatter(const CollectiveShape& shape);
+Schedule buildSend(const CollectiveShape& shape);  // shape.root is the peer
+Schedule buildRecv(const CollectiveShape& shape);
+
+}  // namespace weft::coll

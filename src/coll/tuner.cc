@@ -1,0 +1,178 @@
+#include "coll/tuner.h"
+
+#include <strings.h>
+
+#include <sstream>
+
+#include "util/env.h"
+
+namespace weft::coll {
+
+const char* collectiveName(Collective collective) {
+  switch (collective) {
+    case Collective::AllReduce: return "all-reduce";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::Reduce: return "reduce";
+    case Collective::AllGather: return "all-gather";
+    case Collective::ReduceScatter: return "reduce-scatter";
+    case Collective::AlltoAll: return "alltoall";
+    case Collective::Gather: return "gather";
+    case Collective::Scatter: return "scatter";
+    case Collective::Send: return "send";
+    case Collective::Recv: return "recv";
+  }
+  return "?";
+}
+
+const char* algorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::RecursiveDoubling: return "recursive-doubling";
+    case Algorithm::OneShot: return "one-shot";
+    case Algorithm::Direct: return "direct";
+  }
+  return "?";
+}
+
+bool hasAlgorithm(Collective collective, Algorithm algorithm) {
+  switch (collective) {
+    case Collective::AllReduce: return algorithm != Algorithm::Direct;
+    case Collective::Broadcast:
+    case Collective::Reduce: return algorithm == Algorithm::Ring || algorithm == Algorithm::Tree;
+    case Collective::AllGather:
+    case Collective::ReduceScatter: return algorithm == Algorithm::Ring || algorithm == Algorithm::OneShot;
+    default: return algorithm == Algorithm::Direct;
+  }
+}
+
+namespace {
+
+std::optional<Algorithm> parseAlgorithm(const std::string& name) {
+  const char* s = name.c_str();
+  if (strcasecmp(s, "ring") == 0) return Algorithm::Ring;
+  if (strcasecmp(s, "tree") == 0) return Algorithm::Tree;
+  if (strcasecmp(s, "rd") == 0 || strcasecmp(s, "recursive-doubling") == 0) return Algorithm::RecursiveDoubling;
+  if (strcasecmp(s, "oneshot") == 0 || strcasecmp(s, "one-shot") == 0) return Algorithm::OneShot;
+  if (strcasecmp(s, "direct") == 0) return Algorithm::Direct;
+  return std::nullopt;
+}
+
+// "allreduce", "all-reduce" and "AllReduce" all name Collective::AllReduce.
+std::optional<Collective> parseCollective(const std::string& name) {
+  std::string squeezed;
+  for (char c : name) {
+    if (c != '-' && c != '_') squeezed += static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  }
+  for (int c = 0; c < kCollectiveCount; ++c) {
+    std::string known;
+    for (const char* p = collectiveName(static_cast<Collective>(c)); *p; ++p) {
+      if (*p != '-') known += *p;
+    }
+    if (squeezed == known) return static_cast<Collective>(c);
+  }
+  return std::nullopt;
+}
+
+Status parseForcedAlgorithms(const std::string& text, TuningConfig* config) {
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    auto colon = item.find(':');
+    std::string algoName = colon == std::string::npos ? item : item.substr(colon + 1);
+    auto algorithm = parseAlgorithm(algoName);
+    if (!algorithm) {
+      return Status(weftInvalidArgument, "WEFT_ALGO=\"" + text + "\": \"" + algoName +
+                                             "\" is not one of: ring, tree, rd, oneshot, direct");
+    }
+    if (colon == std::string::npos) {  // every collective that has it
+      for (int c = 0; c < kCollectiveCount; ++c) {
+        if (hasAlgorithm(static_cast<Collective>(c), *algorithm)) config->forced[static_cast<size_t>(c)] = algorithm;
+      }
+      continue;
+    }
+    auto collective = parseCollective(item.substr(0, colon));
+    if (!collective) {
+      return Status(weftInvalidArgument, "WEFT_ALGO=\"" + text + "\": \"" + item.substr(0, colon) +
+                                             "\" is not a collective (allreduce, broadcast, reduce, allgather, "
+                                             "reducescatter, alltoall, gather, scatter, send, recv)");
+    }
+    if (!hasAlgorithm(*collective, *algorithm)) {
+      return Status(weftInvalidArgument, "WEFT_ALGO=\"" + text + "\": " + collectiveName(*collective) +
+                                             " has no " + algorithmName(*algorithm) + " algorithm");
+    }
+    config->forced[static_cast<size_t>(*collective)] = algorithm;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<TuningConfig> loadTuningConfig() {
+  TuningConfig config;
+  if (auto algo = envString("WEFT_ALGO")) WEFT_TRY(parseForcedAlgorithms(*algo, &config));
+  for (auto [name, target] : {std::pair{"WEFT_CHUNK_BYTES", &config.pipeline.chunkBytes},
+                              std::pair{"WEFT_RD_MAX_BYTES", &config.recursiveDoublingMaxBytes},
+                              std::pair{"WEFT_ONESHOT_MAX_BYTES", &config.oneShotMaxBytes},
+                              std::pair{"WEFT_TREE_MAX_BYTES", &config.treeMaxBytes}}) {
+    if (auto text = envString(name)) {
+      auto bytes = parseByteSize(*text);
+      if (!bytes || *bytes == 0 || *bytes > (1ull << 32)) {
+        return Status(weftInvalidArgument, std::string(name) + "=\"" + *text + "\" is not a size between 1 and 4G");
+      }
+      *target = *bytes;
+    }
+  }
+  return config;
+}
+
+Algorithm chooseAlgorithm(const TuningConfig& config, Collective collective, size_t bytes, int nranks) {
+  if (auto forced = config.forced[static_cast<size_t>(collective)]) return *forced;
+  // Small messages are latency bound: one round of n-1 concurrent exchanges while the bytes a
+  // rank sends stay small, then log2(n)-deep trees and recursive doubling, and the ring's
+  // pipelined steps once bandwidth dominates. (The planner's cost model will refine this.)
+  const size_t fanOutBytes = bytes * static_cast<size_t>(nranks - 1);
+  switch (collective) {
+    case Collective::AllReduce:
+      if (fanOutBytes <= config.oneShotMaxBytes) return Algorithm::OneShot;
+      return bytes <= config.recursiveDoublingMaxBytes ? Algorithm::RecursiveDoubling : Algorithm::Ring;
+    case Collective::Broadcast:
+    case Collective::Reduce:
+      // On two ranks the tree and the chain are the same exchange.
+      return nranks > 2 && bytes <= config.treeMaxBytes ? Algorithm::Tree : Algorithm::Ring;
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+      return fanOutBytes <= config.oneShotMaxBytes ? Algorithm::OneShot : Algorithm::Ring;
+    default:
+      return Algorithm::Direct;
+  }
+}
+
+Schedule buildSchedule(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline) {
+  switch (shape.collective) {
+    case Collective::AllReduce:
+      switch (algorithm) {
+        case Algorithm::Tree: return buildTreeAllReduce(shape, pipeline);
+        case Algorithm::RecursiveDoubling: return buildRecursiveDoublingAllReduce(shape);
+        case Algorithm::OneShot: return buildOneShotAllReduce(shape);
+        default: return buildRingAllReduce(shape, pipeline);
+      }
+    case Collective::Broadcast:
+      return algorithm == Algorithm::Tree ? buildTreeBroadcast(shape, pipeline) : buildRingBroadcast(shape, pipeline);
+    case Collective::Reduce:
+      return algorithm == Algorithm::Tree ? buildTreeReduce(shape, pipeline) : buildRingReduce(shape, pipeline);
+    case Collective::AllGather:
+      return algorithm == Algorithm::OneShot ? buildOneShotAllGather(shape) : buildRingAllGather(shape, pipeline);
+    case Collective::ReduceScatter:
+      return algorithm == Algorithm::OneShot ? buildOneShotReduceScatter(shape)
+                                             : buildRingReduceScatter(shape, pipeline);
+    case Collective::AlltoAll: return buildAlltoAll(shape);
+    case Collective::Gather: return buildGather(shape);
+    case Collective::Scatter: return buildScatter(shape);
+    case Collective::Send: return buildSend(shape);
+    case Collective::Recv: return buildRecv(shape);
+  }
+  return {};
+}
+
+}  // namespace weft::coll
