@@ -82,8 +82,9 @@ inline double inputValue(weftDataType_t t, weftRedOp_t op, int rank, size_t i) {
   }
 }
 
-// Checks the all-reduce result at element i; returns false on mismatch.
-inline bool resultMatches(const void* buf, size_t i, weftDataType_t t, weftRedOp_t op, int nranks) {
+// Checks element `at` of buf against the reduction over ranks of their element i (the inputs
+// from inputValue); returns false on mismatch.
+inline bool reducedMatches(const void* buf, size_t at, size_t i, weftDataType_t t, weftRedOp_t op, int nranks) {
   if (isFloatType(t)) {
     double expect = op == weftProd ? 1 : op == weftMax ? -1e300 : op == weftMin ? 1e300 : 0;
     for (int r = 0; r < nranks; ++r) {
@@ -93,7 +94,7 @@ inline bool resultMatches(const void* buf, size_t i, weftDataType_t t, weftRedOp
       else if (op == weftMin) expect = std::min(expect, v);
       else expect += v;
     }
-    double got = loadFloat(buf, i, t);
+    double got = loadFloat(buf, at, t);
     if (op != weftAvg) return got == expect;
     expect /= nranks;
     double relative = t == weftFloat8e5m2 ? 0.125 : t == weftFloat8e4m3 ? 0.0625 : t == weftBfloat16 ? 0.0079
@@ -119,7 +120,12 @@ inline bool resultMatches(const void* buf, size_t i, weftDataType_t t, weftRedOp
   if (op == weftAvg) {
     acc = isSignedType(t) ? static_cast<uint64_t>(signExtend(acc) / nranks) & mask : acc / static_cast<uint64_t>(nranks);
   }
-  return loadBits(buf, i, t) == acc;
+  return loadBits(buf, at, t) == acc;
+}
+
+// Checks the all-reduce result at element i; returns false on mismatch.
+inline bool resultMatches(const void* buf, size_t i, weftDataType_t t, weftRedOp_t op, int nranks) {
+  return reducedMatches(buf, i, i, t, op, nranks);
 }
 
 }  // namespace weft::test

@@ -243,3 +243,99 @@ TEST_CASE("bad input: mismatched counts across ranks end in an error, not a hang
     return 0;
   }));
 }
+
+TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators and split", "[badinput]") {
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    weftComm_t comm = soloComm(ctx);
+    if (comm == nullptr) return 1;
+    float buf[16] = {};
+    auto expect = [&](weftResult_t got, weftResult_t want, const char* text, const char* what) {
+      RANK_CHECK(ctx, got == want, "%s: got %d, want %d", what, got, want);
+      RANK_CHECK(ctx, contains(weftGetLastError(nullptr), text), "%s: last error '%s' lacks '%s'", what,
+                 weftGetLastError(nullptr), text);
+    };
+    expect(weftBroadcast(buf, buf, 4, weftFloat32, 1, comm, nullptr), weftInvalidArgument, "root 1 is outside", "root 1");
+    expect(weftReduce(buf, buf, 4, weftFloat32, weftSum, -1, comm, nullptr), weftInvalidArgument, "root -1", "root -1");
+    expect(weftGather(buf, buf, 4, weftFloat32, 7, comm, nullptr), weftInvalidArgument, "root 7", "gather root");
+    expect(weftSend(buf, 4, weftFloat32, 2, comm, nullptr), weftInvalidArgument, "peer 2 is outside", "send peer");
+    expect(weftRecv(buf, 4, weftFloat32, -5, comm, nullptr), weftInvalidArgument, "peer -5", "recv peer");
+    expect(weftAllGather(buf, buf, SIZE_MAX / 2, weftFloat32, comm, nullptr), weftInvalidArgument, "overflows",
+           "count overflow");
+    expect(weftAllGather(buf, buf + 1, 4, weftFloat32, comm, nullptr), weftInvalidArgument, "overlap",
+           "all-gather overlap not in place");
+    expect(weftReduceScatter(buf, buf + 2, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument, "overlap",
+           "reduce-scatter overlap not in place");
+    expect(weftAlltoAll(buf, buf + 3, 4, weftFloat32, comm, nullptr), weftInvalidArgument, "overlap", "alltoall overlap");
+    expect(weftReduce(nullptr, buf, 4, weftFloat32, weftSum, 0, comm, nullptr), weftInvalidArgument, "sendbuff is NULL",
+           "reduce NULL sendbuff");
+    expect(weftScatter(buf, nullptr, 4, weftFloat32, 0, comm, nullptr), weftInvalidArgument, "recvbuff is NULL",
+           "scatter NULL recvbuff");
+    // A send to self without its receive, outside a group, is a usage error (not a hang).
+    expect(weftSend(buf, 4, weftFloat32, 0, comm, nullptr), weftInvalidUsage, "matching receive", "lone self send");
+
+    // Groups: an end without a start; a bad call fails the whole group; destroy with calls pending.
+    expect(weftGroupEnd(), weftInvalidUsage, "no group is open", "end without start");
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, weftBroadcast(buf, buf, 4, weftFloat32, 3, comm, nullptr) == weftInvalidArgument, "bad call in group");
+    expect(weftGroupEnd(), weftInvalidArgument, "nothing in the group was issued", "failed group");
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
+    expect(weftCommDestroy(comm), weftInvalidUsage, "weftGroupEnd first", "destroy inside a group");
+    expect(weftBarrier(comm, nullptr), weftInvalidUsage, "inside a group", "barrier inside a group");
+    expect(weftGroupEnd(), weftInvalidUsage, "nothing in the group was issued", "group failed by the barrier");
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, stream));
+    expect(weftGroupEnd(), weftInvalidUsage, "different streams", "two streams in a group");
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+
+    // PreMulSum operators.
+    float scalar = 2;
+    weftRedOp_t op;
+    expect(weftRedOpCreatePreMulSum(nullptr, &scalar, weftFloat32, weftScalarHostImmediate, comm), weftInvalidArgument,
+           "op is NULL", "NULL op");
+    expect(weftRedOpCreatePreMulSum(&op, nullptr, weftFloat32, weftScalarHostImmediate, comm), weftInvalidArgument,
+           "scalar is NULL", "NULL scalar");
+    expect(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, static_cast<weftScalarResidence_t>(9), comm),
+           weftInvalidArgument, "residence", "bad residence");
+    RANK_WEFT(ctx, weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate, comm));
+    expect(weftAllReduce(buf, buf, 4, weftInt32, op, comm, nullptr), weftInvalidArgument, "was made for float,",
+           "operator of another type");
+    RANK_WEFT(ctx, weftRedOpDestroy(op, comm));
+    expect(weftAllReduce(buf, buf, 4, weftFloat32, op, comm, nullptr), weftInvalidArgument, "invalid reduction op",
+           "destroyed operator");
+    expect(weftRedOpDestroy(op, comm), weftInvalidArgument, "not a live operator", "double destroy");
+
+    // Split.
+    weftComm_t split = nullptr;
+    expect(weftCommSplit(comm, -7, 0, &split, nullptr), weftInvalidArgument, "color -7", "negative color");
+    expect(weftCommSplit(comm, 0, 0, nullptr, nullptr), weftInvalidArgument, "newcomm is NULL", "NULL newcomm");
+    expect(weftCommInitAll(nullptr, 2, nullptr), weftInvalidArgument, "comms is NULL", "init-all NULL");
+    weftComm_t few[1];
+    expect(weftCommInitAll(few, 0, nullptr), weftInvalidArgument, "ndev must be at least 1", "init-all ndev 0");
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: ranks in different collectives of equal size get an error, not each other's data",
+          "[badinput]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = configWithTimeout(3000);
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    // One message each way of 64 bytes on both ranks: only the call signature differs.
+    std::vector<float> send(32, 1.0f), recv(32, 0.0f);
+    weftResult_t rc = ctx.rank == 0 ? weftAllGather(send.data(), recv.data(), 16, weftFloat32, comm, nullptr)
+                                    : weftAlltoAll(send.data(), recv.data(), 16, weftFloat32, comm, nullptr);
+    RANK_CHECK(ctx, rc != weftSuccess, "mismatched collectives succeeded");
+    RANK_CHECK(ctx, rc == weftTimeout || contains(weftGetLastError(comm), "mismatched calls"), "error: %s",
+               weftGetLastError(comm));
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}

@@ -4,7 +4,9 @@
 //
 // Ordering: sends complete in the order they were posted, and so do receives; the n-th send
 // posted on one side matches the n-th receive posted on the other, and their sizes must agree
-// (a mismatch is an error, never an overrun).
+// (a mismatch is an error, never an overrun). Each message also carries a tag naming the call it
+// belongs to (MessageTag), which the receiver checks against its post, so ranks that disagree
+// about the collective, count, type, operator or root get an error instead of each other's data.
 #pragma once
 
 #include <poll.h>
@@ -22,6 +24,9 @@ namespace weft::transport {
 // Identifies a posted operation; increases by one per post in each direction.
 using RequestId = uint64_t;
 
+// What a message belongs to: a digest of the call's signature, equal on every rank of one call.
+using MessageTag = uint32_t;
+
 // What a fused receive-and-reduce computes: dst = local op incoming, element by element.
 struct ReduceSpec {
   weftDataType_t type;
@@ -29,20 +34,23 @@ struct ReduceSpec {
   size_t elementSize;
 };
 
+// The error for a message whose tag differs from the posted receive's.
+Status tagMismatch(int peerRank, const std::string& peerName, MessageTag expected, MessageTag got);
+
 class Connection {
  public:
   virtual ~Connection() = default;
 
   // The buffer must stay valid and untouched until the request completes.
-  virtual Status postSend(const void* data, size_t bytes, RequestId* id) = 0;
-  virtual Status postRecv(void* data, size_t bytes, RequestId* id) = 0;
+  virtual Status postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) = 0;
+  virtual Status postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) = 0;
 
   // A receive that lands as dst = local op incoming, reduced straight out of the transport's
   // staging memory instead of being copied out first. Counts as a receive (same ordering and
   // matching). Only where supportsRecvReduce(); schedules use it only then.
   virtual bool supportsRecvReduce() const { return false; }
   virtual Status postRecvReduce(void* /*dst*/, const void* /*local*/, size_t /*bytes*/, const ReduceSpec& /*spec*/,
-                                RequestId* /*id*/) {
+                                MessageTag /*tag*/, RequestId* /*id*/) {
     return Status(weftInternalError, std::string(kind()) + " connections cannot reduce on receipt");
   }
 

@@ -12,10 +12,11 @@ Schedule buildAlltoAll(const CollectiveShape& shape) {
   if (bytes == 0) return b.finish("direct", 0);
   auto block = [bytes](BufferId buffer, int rank) { return Region{buffer, static_cast<size_t>(rank) * bytes}; };
   if (!shape.inPlace) b.copy(block(Buffer::Recv, r), block(Buffer::Send, r), bytes);
+  // Send to r+k while receiving from r-k, so that every rank's k-th exchange pairs up. All sends
+  // come first in program order: in place, a block may be overwritten only after it has gone.
+  for (int k = 1; k < n; ++k) b.send((r + k) % n, block(Buffer::Send, (r + k) % n), bytes);
   for (int k = 1; k < n; ++k) {
-    // Send to r+k while receiving from r-k, so that every rank's k-th exchange pairs up.
-    const int to = (r + k) % n, from = (r + n - k) % n;
-    b.send(to, block(Buffer::Send, to), bytes);
+    const int from = (r + n - k) % n;
     if (shape.inPlace) {
       // The block arriving from `from` replaces the one going to it: land it aside first.
       const Region slot{Buffer::Scratch, static_cast<size_t>(k - 1) * bytes};

@@ -41,6 +41,7 @@ class Run {
       base_[Buffer::send(i)] = static_cast<char*>(const_cast<void*>(op.send));
       base_[Buffer::recv(i)] = static_cast<char*>(op.recv);
       reduce_.push_back({op.type, op.op == weftAvg ? weftSum : op.op, kernels::dataTypeSize(op.type)});
+      tags_.push_back(op.tag);
     }
   }
 
@@ -131,7 +132,8 @@ class Run {
     while (peer.sendCursor < sends.size() && ready_[sends[peer.sendCursor]]) {
       uint32_t step = sends[peer.sendCursor++];
       transport::RequestId id;
-      WEFT_TRY(peer.connection->postSend(address(s_.steps[step].src), s_.steps[step].bytes, &id));
+      const Step& st = s_.steps[step];
+      WEFT_TRY(peer.connection->postSend(address(st.src), st.bytes, tags_[st.operation], &id));
       peer.postedSends.emplace_back(id, step);
     }
     const auto& recvs = s_.recvOrder[p];
@@ -140,9 +142,10 @@ class Run {
       const Step& st = s_.steps[step];
       transport::RequestId id;
       if (st.kind == StepKind::RecvReduce) {
-        WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes, reduce_[st.operation], &id));
+        WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes, reduce_[st.operation],
+                                                 tags_[st.operation], &id));
       } else {
-        WEFT_TRY(peer.connection->postRecv(address(st.dst), st.bytes, &id));
+        WEFT_TRY(peer.connection->postRecv(address(st.dst), st.bytes, tags_[st.operation], &id));
       }
       peer.postedRecvs.emplace_back(id, step);
     }
@@ -211,6 +214,7 @@ class Run {
   const ExecutionContext& ctx_;
   std::vector<char*> base_;                   // by BufferId
   std::vector<transport::ReduceSpec> reduce_;  // by operation
+  std::vector<transport::MessageTag> tags_;    // by operation
   std::vector<uint32_t> remaining_;
   std::vector<uint8_t> ready_;
   std::vector<PeerState> peers_;

@@ -31,6 +31,7 @@ struct OperationData {
   void* recv;
   weftDataType_t type;
   weftRedOp_t op;  // Avg reduces as Sum; the schedule carries the divide steps
+  transport::MessageTag tag;  // carried by every message of the operation
 };
 
 struct ExecutionContext {

@@ -93,6 +93,18 @@ size_t inputBytes(const CollectiveCall& call, int nranks) {
   }
 }
 
+// A digest of what every rank of one call agrees on, so that a rank in a different call (or the
+// same collective with another count, type, operator or root) is caught at its first message.
+transport::MessageTag messageTag(const CollectiveCall& call) {
+  const bool p2p = isPointToPoint(call);
+  const uint64_t fields[] = {p2p ? 0xffu : static_cast<uint64_t>(call.collective), call.count,
+                             static_cast<uint64_t>(call.type),
+                             coll::isReducing(call.collective) ? static_cast<uint64_t>(call.op) : 0,
+                             p2p ? 0 : static_cast<uint64_t>(call.root)};
+  const uint64_t hash = fnv1a64(fields, sizeof(fields));
+  return static_cast<transport::MessageTag>(hash ^ (hash >> 32));
+}
+
 // Pairs the k-th send to this rank itself with the k-th receive from it, and copies.
 Status copyToSelf(std::span<const CollectiveCall> calls, int self) {
   std::vector<const CollectiveCall*> sends, recvs;
@@ -199,7 +211,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
     const coll::CollectiveShape shape = shapeOf(call);
     const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, call.collective, shape.bytes(), size());
     schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
-    operations.push_back({call.send, call.recv, call.type, call.op});
+    operations.push_back({call.send, call.recv, call.type, call.op, messageTag(call)});
   }
   if (schedules.empty()) return Status::ok();
   coll::Schedule merged;

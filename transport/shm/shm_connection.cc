@@ -16,23 +16,23 @@ using shm::SlotKind;
 
 ShmConnection::ShmConnection(ShmConnectionParams params) : p_(std::move(params)) {}
 
-Status ShmConnection::postSend(const void* data, size_t bytes, RequestId* id) {
-  PendingSend send{static_cast<const char*>(data), bytes};
+Status ShmConnection::postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) {
+  PendingSend send{static_cast<const char*>(data), bytes, tag};
   send.remote = bytes >= p_.remoteReadMinBytes;
   sends_.push_back(send);
   *id = sendsPosted_++;
   return Status::ok();
 }
 
-Status ShmConnection::postRecv(void* data, size_t bytes, RequestId* id) {
-  recvs_.push_back(PendingRecv{static_cast<char*>(data), bytes});
+Status ShmConnection::postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) {
+  recvs_.push_back(PendingRecv{static_cast<char*>(data), bytes, tag});
   *id = recvsPosted_++;
   return Status::ok();
 }
 
 Status ShmConnection::postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec,
-                                     RequestId* id) {
-  PendingRecv recv{static_cast<char*>(dst), bytes};
+                                     MessageTag tag, RequestId* id) {
+  PendingRecv recv{static_cast<char*>(dst), bytes, tag};
   recv.local = static_cast<const char*>(local);
   recv.spec = spec;
   recvs_.push_back(recv);
@@ -79,6 +79,7 @@ Status ShmConnection::progressSends(bool* progressed) {
       if (outHead_ - tail >= slots) goto ringFull;
       SlotHeader* h = p_.out.header(outHead_);
       h->messageBytes = s.bytes;
+      h->tag = s.tag;
       h->remoteAddress = 0;
       if (s.remote) {
         h->kind = SlotKind::Remote;
@@ -145,6 +146,7 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
                                p_.peerRank, p_.peerName.c_str(), r.bytes,
                                static_cast<unsigned long long>(h.messageBytes)));
   }
+  if (h.tag != r.tag) return tagMismatch(p_.peerRank, p_.peerName, r.tag, h.tag);
   const size_t left = r.bytes - r.received;
   const bool whole = r.local == nullptr || h.pieceBytes % r.spec.elementSize == 0;
   if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left && whole) {

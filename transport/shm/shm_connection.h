@@ -32,10 +32,11 @@ class ShmConnection final : public Connection {
  public:
   explicit ShmConnection(ShmConnectionParams params);
 
-  Status postSend(const void* data, size_t bytes, RequestId* id) override;
-  Status postRecv(void* data, size_t bytes, RequestId* id) override;
+  Status postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) override;
+  Status postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) override;
   bool supportsRecvReduce() const override { return true; }
-  Status postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec, RequestId* id) override;
+  Status postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec, MessageTag tag,
+                        RequestId* id) override;
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sendsCompleted_; }
   RequestId completedRecvs() const override { return recvsCompleted_; }
@@ -48,6 +49,7 @@ class ShmConnection final : public Connection {
   struct PendingSend {
     const char* data;
     size_t bytes;
+    MessageTag tag;
     size_t published = 0;     // bytes handed to the ring
     bool started = false;     // at least one slot written (zero-byte messages take one)
     bool remote = false;      // goes by process_vm_readv
@@ -56,6 +58,7 @@ class ShmConnection final : public Connection {
   struct PendingRecv {
     char* data;
     size_t bytes;
+    MessageTag tag;
     size_t received = 0;
     bool started = false;
     const char* local = nullptr;  // set: data = local op incoming (postRecvReduce)

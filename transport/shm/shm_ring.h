@@ -34,7 +34,7 @@ enum class SlotKind : uint32_t { Data = 1, Remote = 2 };
 
 struct alignas(64) SlotHeader {
   SlotKind kind;
-  uint32_t reserved;
+  uint32_t tag;            // the message's MessageTag
   uint64_t messageBytes;   // the whole message, so the receiver can check it against its post
   uint64_t pieceBytes;     // Data: bytes in this slot's payload; Remote: == messageBytes
   uint64_t remoteAddress;  // Remote: the sender's buffer, in the sender's address space

@@ -14,24 +14,24 @@ SocketConnection::SocketConnection(int peerRank, std::string peerName, std::vect
   recvs_.parts.resize(streams_.size());
 }
 
-Status SocketConnection::postSend(const void* data, size_t bytes, RequestId* id) {
+Status SocketConnection::postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) {
   // The payload is only read, never written, on the send side.
-  return post(sends_, const_cast<char*>(static_cast<const char*>(data)), bytes, true, id);
+  return post(sends_, const_cast<char*>(static_cast<const char*>(data)), bytes, tag, true, id);
 }
 
-Status SocketConnection::postRecv(void* data, size_t bytes, RequestId* id) {
-  return post(recvs_, static_cast<char*>(data), bytes, false, id);
+Status SocketConnection::postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) {
+  return post(recvs_, static_cast<char*>(data), bytes, tag, false, id);
 }
 
-Status SocketConnection::post(Direction& dir, char* data, size_t bytes, bool isSend, RequestId* id) {
+Status SocketConnection::post(Direction& dir, char* data, size_t bytes, MessageTag tag, bool isSend, RequestId* id) {
   size_t parts = std::clamp<size_t>(bytes / kStripeMinBytes, 1, streams_.size());
   RequestId requestId = dir.first + dir.messages.size();
-  dir.messages.push_back({parts, parts, bytes});
+  dir.messages.push_back({parts, parts, bytes, tag});
   for (size_t i = 0; i < parts; ++i) {
     size_t begin = bytes * i / parts;
     size_t end = bytes * (i + 1) / parts;
     Part part{requestId, data + begin, end - begin};
-    if (isSend) part.header = {kMagic, static_cast<uint32_t>(parts), bytes};
+    if (isSend) part.header = {kMagic, static_cast<uint32_t>(parts), bytes, tag, 0};
     dir.parts[i].push_back(part);
   }
   *id = requestId;
@@ -121,6 +121,7 @@ Status SocketConnection::progressRecv(size_t stream, bool* progressed) {
                                    static_cast<size_t>(expected.totalBytes),
                                    static_cast<unsigned long long>(h.totalBytes)));
       }
+      if (h.tag != expected.tag) return tagMismatch(peerRank_, peerName_, expected.tag, h.tag);
     }
     if (part.done < kHeader + part.bytes) return Status::ok();
     Part finished = part;

@@ -15,8 +15,8 @@ class SocketConnection final : public Connection {
  public:
   SocketConnection(int peerRank, std::string peerName, std::vector<UniqueFd> streams);
 
-  Status postSend(const void* data, size_t bytes, RequestId* id) override;
-  Status postRecv(void* data, size_t bytes, RequestId* id) override;
+  Status postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) override;
+  Status postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) override;
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sends_.completed; }
   RequestId completedRecvs() const override { return recvs_.completed; }
@@ -32,6 +32,8 @@ class SocketConnection final : public Connection {
     uint32_t magic;
     uint32_t parts;        // how many streams carry this message
     uint64_t totalBytes;   // the whole message, so both sides split it the same way
+    MessageTag tag;
+    uint32_t reserved;
   };
   static constexpr uint32_t kMagic = 0x57465431;  // "WFT1"
 
@@ -47,6 +49,7 @@ class SocketConnection final : public Connection {
     size_t parts;
     size_t partsLeft;
     uint64_t totalBytes;
+    MessageTag tag;
   };
   struct Direction {
     std::deque<Message> messages;   // posted, not yet complete
@@ -55,7 +58,7 @@ class SocketConnection final : public Connection {
     std::vector<std::deque<Part>> parts;  // per stream
   };
 
-  Status post(Direction& dir, char* data, size_t bytes, bool isSend, RequestId* id);
+  Status post(Direction& dir, char* data, size_t bytes, MessageTag tag, bool isSend, RequestId* id);
   Status progressSend(size_t stream, bool* progressed);
   Status progressRecv(size_t stream, bool* progressed);
   void finishPart(Direction& dir, const Part& part);

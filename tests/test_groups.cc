@@ -1,0 +1,265 @@
+// Groups, point-to-point patterns, PreMulSum, barrier, communicator split and init-all, across
+// real processes (and, for init-all, ranks as threads of one process).
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "element_codec.h"
+#include "multiprocess.h"
+
+using namespace weft::test;
+
+namespace {
+
+void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+weftComm_t initComm(RankContext& ctx) {
+  weftComm_t comm = nullptr;
+  RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+  return comm;
+}
+
+// Value j of what rank `from` sends rank `to` in the all-pairs exchanges below.
+int32_t message(int from, int to, size_t j) { return from * 100000 + to * 1000 + static_cast<int32_t>(j); }
+// Per-pair sizes differ, as in an alltoallv.
+size_t pairCount(int from, int to) { return static_cast<size_t>(1 + (from * 7 + to * 3) % 11) * 100; }
+
+}  // namespace
+
+TEST_CASE("groups: all-pairs sends and receives in a different order on every rank", "[groups][multiprocess]") {
+  for (int ranks : {2, 3, 5}) {
+    DYNAMIC_SECTION(ranks << " ranks") {
+      expectAllPassed(runRanks(ranks, [](RankContext& ctx) {
+        weftComm_t comm = initComm(ctx);
+        if (comm == nullptr) return 1;
+        const int n = ctx.nranks, r = ctx.rank;
+        std::vector<std::vector<int32_t>> out(static_cast<size_t>(n)), in(static_cast<size_t>(n));
+        for (int p = 0; p < n; ++p) {
+          out[static_cast<size_t>(p)].resize(pairCount(r, p));
+          for (size_t j = 0; j < out[static_cast<size_t>(p)].size(); ++j) out[static_cast<size_t>(p)][j] = message(r, p, j);
+          in[static_cast<size_t>(p)].assign(pairCount(p, r), -1);
+        }
+        for (int round = 0; round < 3; ++round) {
+          RANK_WEFT(ctx, weftGroupStart());
+          // Receives in descending peer order on even ranks, all sends first on odd ones.
+          auto recvAll = [&] {
+            for (int k = 0; k < n; ++k) {
+              int p = r % 2 ? k : n - 1 - k;
+              RANK_WEFT(ctx, weftRecv(in[static_cast<size_t>(p)].data(), in[static_cast<size_t>(p)].size(), weftInt32, p,
+                                      comm, nullptr));
+            }
+          };
+          if (r % 2 == 0) recvAll();
+          for (int p = 0; p < n; ++p) {
+            RANK_WEFT(ctx, weftSend(out[static_cast<size_t>(p)].data(), out[static_cast<size_t>(p)].size(), weftInt32, p,
+                                    comm, nullptr));
+          }
+          if (r % 2) recvAll();
+          RANK_WEFT(ctx, weftGroupEnd());
+          for (int p = 0; p < n; ++p) {
+            size_t wrong = 0;
+            for (size_t j = 0; j < in[static_cast<size_t>(p)].size(); ++j) wrong += in[static_cast<size_t>(p)][j] != message(p, r, j);
+            RANK_CHECK(ctx, wrong == 0, "round %d: %zu wrong from rank %d", round, wrong, p);
+          }
+        }
+        RANK_WEFT(ctx, weftCommDestroy(comm));
+        return 0;
+      }));
+    }
+  }
+}
+
+TEST_CASE("groups: collectives and point-to-point together, nested, on a host stream", "[groups][multiprocess]") {
+  expectAllPassed(runRanks(4, [](RankContext& ctx) {
+    weftComm_t comm = initComm(ctx);
+    if (comm == nullptr) return 1;
+    const int n = ctx.nranks, r = ctx.rank;
+    std::vector<float> sum(1000, static_cast<float>(r)), gathered(4 * 10, -1);
+    std::vector<float> mine(10, static_cast<float>(r * 10));
+    int32_t token = r, fromPrev = -1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    for (weftStream_t s : {static_cast<weftStream_t>(nullptr), stream}) {
+      RANK_WEFT(ctx, weftGroupStart());
+      RANK_WEFT(ctx, weftAllReduce(sum.data(), sum.data(), sum.size(), weftFloat32, weftSum, comm, s));
+      RANK_WEFT(ctx, weftGroupStart());  // nested: only the outermost end issues
+      RANK_WEFT(ctx, weftSend(&token, 1, weftInt32, (r + 1) % n, comm, s));
+      RANK_WEFT(ctx, weftRecv(&fromPrev, 1, weftInt32, (r + n - 1) % n, comm, s));
+      RANK_WEFT(ctx, weftGroupEnd());
+      RANK_WEFT(ctx, weftAllGather(mine.data(), gathered.data(), mine.size(), weftFloat32, comm, s));
+      RANK_WEFT(ctx, weftGroupEnd());
+      if (s != nullptr) RANK_WEFT(ctx, weftStreamSynchronize(s));
+    }
+    // Two rounds of in-place sums: n * r summed over r, then times n again.
+    const float expect = static_cast<float>(n * (n - 1) / 2 * n);
+    RANK_CHECK(ctx, sum[0] == expect && sum[999] == expect, "sum %g, want %g", sum[0], expect);
+    RANK_CHECK(ctx, fromPrev == (r + n - 1) % n, "token %d", fromPrev);
+    for (int b = 0; b < n; ++b) RANK_CHECK(ctx, gathered[static_cast<size_t>(b) * 10 + 9] == b * 10.0f, "block %d", b);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("PreMulSum: every reducing collective, host-immediate and pointer scalars", "[groups][multiprocess]") {
+  expectAllPassed(runRanks(3, [](RankContext& ctx) {
+    weftComm_t comm = initComm(ctx);
+    if (comm == nullptr) return 1;
+    const int n = ctx.nranks, r = ctx.rank;
+    // Each rank scales by (rank + 1): the result is sum over ranks of (rank + 1) * input.
+    for (weftDataType_t type : {weftFloat32, weftInt32, weftBfloat16, weftFloat64, weftUint8}) {
+      std::vector<char> scalar(8);
+      storeValue(scalar.data(), 0, type, r + 1);
+      for (weftScalarResidence_t residence : {weftScalarHostImmediate, weftScalarDevice}) {
+        weftRedOp_t op;
+        RANK_WEFT(ctx, weftRedOpCreatePreMulSum(&op, scalar.data(), type, residence, comm));
+        const size_t count = 37;
+        std::vector<char> send(count * static_cast<size_t>(n) * typeSize(type)), recv(send.size());
+        for (size_t i = 0; i < count * static_cast<size_t>(n); ++i) storeValue(send.data(), i, type, (i + r) % 4);
+        auto expected = [&](size_t i) {
+          double v = 0;
+          for (int q = 0; q < n; ++q) v += (q + 1) * static_cast<double>((i + static_cast<size_t>(q)) % 4);
+          return v;
+        };
+        auto value = [&](const char* buf, size_t i) {
+          if (isFloatType(type)) return loadFloat(buf, i, type);
+          return static_cast<double>(loadBits(buf, i, type));
+        };
+        size_t wrong = 0;
+        RANK_WEFT(ctx, weftAllReduce(send.data(), recv.data(), count, type, op, comm, nullptr));
+        for (size_t i = 0; i < count; ++i) wrong += value(recv.data(), i) != expected(i);
+        RANK_WEFT(ctx, weftReduce(send.data(), recv.data(), count, type, op, 1, comm, nullptr));
+        if (r == 1) {
+          for (size_t i = 0; i < count; ++i) wrong += value(recv.data(), i) != expected(i);
+        }
+        RANK_WEFT(ctx, weftReduceScatter(send.data(), recv.data(), count, type, op, comm, nullptr));
+        for (size_t j = 0; j < count; ++j) wrong += value(recv.data(), j) != expected(static_cast<size_t>(r) * count + j);
+        RANK_CHECK(ctx, wrong == 0, "type %d residence %d: %zu wrong", type, residence, wrong);
+        // The caller's input is never scaled in place.
+        RANK_CHECK(ctx, value(send.data(), 1) == static_cast<double>((1 + r) % 4), "sendbuff changed");
+        RANK_WEFT(ctx, weftRedOpDestroy(op, comm));
+      }
+    }
+    // A pointer scalar is read when the collective runs, not when the operator is made.
+    float scale = 0;
+    weftRedOp_t op;
+    RANK_WEFT(ctx, weftRedOpCreatePreMulSum(&op, &scale, weftFloat32, weftScalarDevice, comm));
+    scale = 2;
+    float x = 1;
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, op, comm, nullptr));
+    RANK_CHECK(ctx, x == 2.0f * n, "pointer scalar: got %g", x);
+    RANK_WEFT(ctx, weftRedOpDestroy(op, comm));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("barrier: no rank leaves before every rank has entered", "[groups][multiprocess]") {
+  char dir[] = "/tmp/weft-barrier-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string marker = std::string(dir) + "/entered";
+  expectAllPassed(runRanks(4, [&](RankContext& ctx) {
+    weftComm_t comm = initComm(ctx);
+    if (comm == nullptr) return 1;
+    for (int round = 0; round < 3; ++round) {
+      const std::string file = marker + std::to_string(round);
+      if (ctx.rank == 3) {  // the last to arrive, late
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::FILE* f = std::fopen(file.c_str(), "w");
+        if (f) std::fclose(f);
+      }
+      RANK_WEFT(ctx, weftBarrier(comm, nullptr));
+      RANK_CHECK(ctx, access(file.c_str(), F_OK) == 0, "round %d: left the barrier before rank 3 entered", round);
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+  for (int round = 0; round < 3; ++round) std::remove((marker + std::to_string(round)).c_str());
+  rmdir(dir);
+}
+
+TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "[split][multiprocess]") {
+  expectAllPassed(runRanks(5, [](RankContext& ctx) {
+    weftComm_t comm = initComm(ctx);
+    if (comm == nullptr) return 1;
+    const int r = ctx.rank;
+    // Rank 4 opts out; the others split by parity, ordered by descending parent rank (key).
+    const int color = r == 4 ? WEFT_SPLIT_NOCOLOR : r % 2;
+    weftComm_t half = nullptr;
+    RANK_WEFT(ctx, weftCommSplit(comm, color, -r, &half, nullptr));
+    if (r == 4) {
+      RANK_CHECK(ctx, half == nullptr, "NOCOLOR rank got a communicator");
+    } else {
+      int size = 0, newRank = -1;
+      RANK_WEFT(ctx, weftCommCount(half, &size));
+      RANK_WEFT(ctx, weftCommUserRank(half, &newRank));
+      const int expectRank = r % 2 == 0 ? (r == 2 ? 0 : 1) : (r == 3 ? 0 : 1);
+      RANK_CHECK(ctx, size == 2 && newRank == expectRank, "size %d rank %d, want 2 and %d", size, newRank, expectRank);
+      int32_t v = r;
+      RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, half, nullptr));
+      RANK_CHECK(ctx, v == (r % 2 ? 1 + 3 : 0 + 2), "sum over the split: %d", v);
+      RANK_WEFT(ctx, weftCommDestroy(half));
+    }
+    // The parent still works, and a non-blocking split completes when polled.
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    weftComm_t all = nullptr;
+    weftResult_t rc = weftCommSplit(comm, 0, 0, &all, &config);
+    RANK_CHECK(ctx, rc == weftInProgress || rc == weftSuccess, "non-blocking split: %d", rc);
+    weftResult_t state = weftInProgress;
+    while (all != nullptr && state == weftInProgress) RANK_WEFT(ctx, weftCommGetAsyncError(all, &state));
+    RANK_CHECK(ctx, state == weftSuccess, "non-blocking split ended %d", state);
+    int32_t v = 1;
+    RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, all, nullptr));
+    RANK_CHECK(ctx, v == ctx.nranks, "sum over the whole split: %d", v);
+    RANK_WEFT(ctx, weftCommDestroy(all));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("init-all: ranks as threads, and one thread driving them all in a group", "[split][multiprocess]") {
+  // In a child process, like every other multi-rank test (the communicators' threads stay there).
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    constexpr int n = 3;
+    weftComm_t comms[n] = {};
+    RANK_WEFT(ctx, weftCommInitAll(comms, n, nullptr));
+    for (int i = 0; i < n; ++i) {
+      int rank = -1, size = 0;
+      RANK_WEFT(ctx, weftCommUserRank(comms[i], &rank));
+      RANK_WEFT(ctx, weftCommCount(comms[i], &size));
+      RANK_CHECK(ctx, rank == i && size == n, "comm %d: rank %d of %d", i, rank, size);
+    }
+    // One thread per rank.
+    std::vector<std::vector<double>> data(n, std::vector<double>(5000));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        std::fill(data[static_cast<size_t>(i)].begin(), data[static_cast<size_t>(i)].end(), i + 1.0);
+        auto& d = data[static_cast<size_t>(i)];
+        (void)weftAllReduce(d.data(), d.data(), d.size(), weftFloat64, weftSum, comms[i], nullptr);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][4999] == 6.0, "threaded rank %d", i);
+    // One thread, one group over every rank's communicator (NCCL's single-process pattern).
+    RANK_WEFT(ctx, weftGroupStart());
+    for (int i = 0; i < n; ++i) {
+      auto& d = data[static_cast<size_t>(i)];
+      RANK_WEFT(ctx, weftAllReduce(d.data(), d.data(), d.size(), weftFloat64, weftSum, comms[i], nullptr));
+    }
+    RANK_WEFT(ctx, weftGroupEnd());
+    for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 18.0, "grouped rank %d", i);
+    for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
+    return 0;
+  }));
+}
