@@ -228,11 +228,7 @@ void CheckPattern::fill(void* buffer, int rank, size_t count) const {
 }
 
 size_t CheckPattern::countWrong(const void* buffer, size_t count) const {
-  size_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (!matches(loadValue(type_, buffer, i), expected(i))) ++wrong;
-  }
-  return wrong;
+  return countMismatches(buffer, count, [this](size_t i) { return expected(i); });
 }
 
 bool CheckPattern::matches(double got, double want) const {

@@ -56,6 +56,13 @@ class CheckPattern {
   void fill(void* buffer, int rank, size_t count) const;
   // Number of elements in [0, count) that do not hold the expected result.
   size_t countWrong(const void* buffer, size_t count) const;
+  // Number of elements i in [0, count) that do not hold want(i).
+  template <typename Want>
+  size_t countMismatches(const void* buffer, size_t count, Want&& want) const {
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += !matches(loadValue(type_, buffer, i), want(i));
+    return wrong;
+  }
 
  private:
   bool matches(double got, double want) const;

@@ -139,15 +139,19 @@ int usageError(const char* tool, const char* format, ...) {
   return kExitUsage;
 }
 
-Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong) {
+Measurement collectiveMeasurement(size_t bytes, double busFactor, double timeUs, long long wrong) {
   Measurement m;
   m.timeUs = timeUs;
   m.wrong = wrong;
   if (timeUs > 0) {
     m.algbw = static_cast<double>(bytes) / timeUs / 1.0e3;  // bytes/us -> GB/s (1e9 B/s)
-    m.busbw = m.algbw * 2.0 * (nranks - 1) / nranks;
+    m.busbw = m.algbw * busFactor;
   }
   return m;
+}
+
+Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong) {
+  return collectiveMeasurement(bytes, 2.0 * (nranks - 1) / nranks, timeUs, wrong);
 }
 
 namespace {

@@ -71,11 +71,13 @@ int usageError(const char* tool, const char* format, ...) __attribute__((format(
 struct Measurement {
   double timeUs = 0;  // per iteration, the maximum over ranks
   double algbw = 0;   // GB/s: bytes / time
-  double busbw = 0;   // GB/s: algbw * 2(n-1)/n for all-reduce
+  double busbw = 0;   // GB/s: algbw x the collective's factor (2(n-1)/n for all-reduce)
   long long wrong = -1;  // mismatching elements summed over ranks; -1: not checked
 };
 
-// Fills in algbw and busbw for an all-reduce of `bytes` on `nranks` ranks.
+// Fills in algbw and busbw = algbw x busFactor for a collective of `bytes` (see collectives.h).
+Measurement collectiveMeasurement(size_t bytes, double busFactor, double timeUs, long long wrong);
+// The same for an all-reduce of `bytes` on `nranks` ranks (busFactor 2(n-1)/n).
 Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long long wrong);
 
 struct Row {

@@ -1,9 +1,10 @@
-// weft-perf: an nccl-tests-style benchmark of Weft collectives (all-reduce for now), written
-// against the public C API only. One process per rank, started by a launcher; rank 0 prints
+// weft-perf: an nccl-tests-style benchmark of Weft collectives, written against the public C
+// API only. One process per rank, started by a launcher; rank 0 prints
 // the table. Run `weft-perf -h` for the options.
 #include <getopt.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "check_data.h"
+#include "collectives.h"
 #include "perf_common.h"
 #include "weft/weft.h"
 
@@ -33,15 +35,18 @@ constexpr unsigned char kPoison = 0xA5;
 constexpr size_t kHostSlotBytes = 256;
 
 struct Options : CommonOptions {
+  const Collective* collective = &allCollectives().front();
   std::vector<const DataType*> types;
   std::vector<const RedOp*> ops;
+  int root = 0;
 };
 
 void printUsage() {
   std::printf(
-      "Usage: weft-perf [allreduce] [options]\n"
+      "Usage: weft-perf [COLLECTIVE] [options]\n"
       "Times a Weft collective over a range of message sizes and prints an nccl-tests-style\n"
-      "table. Start one process per rank with a launcher (weftrun, mpirun, or a torchrun-style\n"
+      "table. COLLECTIVE: allreduce (default), broadcast, reduce, allgather, reducescatter,\n"
+      "alltoall, sendrecv, gather, scatter. Start one process per rank with a launcher (weftrun, mpirun, or a torchrun-style\n"
       "environment); rank 0 prints, the other ranks stay silent.\n"
       "\n"
       "  -b, --minbytes SIZE     smallest message (default 8)\n"
@@ -56,12 +61,17 @@ void printUsage() {
       "  -o, --op OP             sum, prod, min, max, avg, or all (default sum)\n"
       "  -d, --datatype TYPE     int8 uint8 int32 uint32 int64 uint64 half float double\n"
       "                          bfloat16 f8e4m3 f8e5m2, or all (default float)\n"
+      "  -r, --root N            root of broadcast, reduce, gather and scatter (default 0)\n"
       "  -J, --json FILE         also write the rows to FILE as a JSON array\n"
       "  -h, --help              print this help\n"
       "\n"
       "SIZE is a byte count with an optional K, M or G suffix (powers of 1024); each size is\n"
-      "rounded down to a multiple of the element size. Time is per iteration, the maximum\n"
-      "over ranks; algbw = size / time and busbw = algbw * 2(n-1)/n (GB/s, 1e9 bytes/s).\n"
+      "rounded down to a multiple of the element size (and, for the collectives with per-rank\n"
+      "blocks, of the rank count): as in nccl-tests, SIZE is all-gather's output, reduce-\n"
+      "scatter's input and alltoall's whole buffer. Time is per iteration, the maximum over\n"
+      "ranks; algbw = size / time (GB/s, 1e9 bytes/s) and busbw = algbw x 2(n-1)/n for\n"
+      "allreduce, (n-1)/n for allgather, reducescatter, alltoall, gather and scatter, and 1\n"
+      "for broadcast, reduce and sendrecv. sendrecv (rank r sends to r+1) has no in-place run.\n"
       "Exit status: 0 success, 1 a Weft call or a data check failed, 2 bad command line.\n");
 }
 
@@ -87,10 +97,11 @@ std::string redOpNames() {
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
 int parseArgs(int argc, char** argv, Options* options) {
-  static const std::string kShortOptions = weftperf::shortOptions("o:d:h");
+  static const std::string kShortOptions = weftperf::shortOptions("o:d:r:h");
   static const std::vector<option> kLongOptions = weftperf::longOptions({
       {"op", required_argument, nullptr, 'o'},
       {"datatype", required_argument, nullptr, 'd'},
+      {"root", required_argument, nullptr, 'r'},
       {"help", no_argument, nullptr, 'h'},
   });
   opterr = 0;  // we print our own messages
@@ -124,6 +135,12 @@ int parseArgs(int argc, char** argv, Options* options) {
                             dataTypeNames().c_str());
         }
         break;
+      case 'r': {
+        long root = 0;
+        if (!parseInt(arg, 0, 1 << 30, &root)) return weftperf::usageError(kTool, "-r: bad root '%s'", arg.c_str());
+        options->root = static_cast<int>(root);
+        break;
+      }
       case 'h':
         if (!launcherSaysNotRankZero()) printUsage();
         return kExitOk;
@@ -135,14 +152,20 @@ int parseArgs(int argc, char** argv, Options* options) {
     }
   }
   if (argc - optind > 1) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind + 1]);
-  if (argc - optind == 1 && std::strcmp(argv[optind], "allreduce") != 0) {
-    return weftperf::usageError(kTool, "unknown collective '%s' (available: allreduce)", argv[optind]);
+  if (argc - optind == 1) {
+    options->collective = findCollective(argv[optind]);
+    if (options->collective == nullptr) {
+      std::vector<const char*> names;
+      for (const Collective& known : allCollectives()) names.push_back(known.name);
+      return weftperf::usageError(kTool, "unknown collective '%s' (available: %s)", argv[optind],
+                                  joinNames(names.data(), names.size()).c_str());
+    }
   }
   if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
     return weftperf::usageError(kTool, "%s", error.c_str());
   }
   if (options->types.empty()) options->types.push_back(findDataType("float"));
-  if (options->ops.empty()) options->ops.push_back(findRedOp("sum"));
+  if (options->ops.empty() || !options->collective->reduces) options->ops.assign(1, findRedOp("sum"));
   return -1;
 }
 
@@ -166,18 +189,23 @@ Buffer allocateBuffer(size_t bytes) {
 class Benchmark {
  public:
   Benchmark(weftComm_t comm, int rank, int nranks, const Options& options)
-      : comm_(comm), rank_(rank), nranks_(nranks), options_(options) {}
+      : comm_(comm), rank_(rank), nranks_(nranks), options_(options), collective_(*options.collective) {}
 
   // Runs the whole sweep; throws WeftError when a Weft call fails. Returns the exit status.
   int run();
 
  private:
+  // Where one placement's call reads and writes, and where stray writes would show.
   struct Placement {
     bool inPlace;
     const DataType& type;
     const RedOp& op;
     const CheckPattern& pattern;
-    size_t count;
+    size_t count;  // the row's elements
+    const void* send = nullptr;
+    unsigned char* recv = nullptr;
+    size_t sendElements = 0, recvElements = 0;
+    unsigned char* guard = nullptr;  // kGuardBytes that must stay poisoned
   };
 
   void call(weftResult_t result, const char* what) const;
@@ -186,15 +214,19 @@ class Benchmark {
   void sumOverRanks(long long* values, size_t n);
   void printPreamble();
   void runSweep(const DataType& type, const RedOp& op);
+  Placement place(bool inPlace, const DataType& type, const RedOp& op, const CheckPattern& pattern, size_t count);
+  void loadInput(const Placement& p);
+  void issue(const Placement& p);
   Measurement measure(const Placement& p);
-  double timeAllReduce(const Placement& p, const void* send, void* recv);
-  long long checkedRun(const Placement& p, const void* send, void* recv);
+  double timeCollective(const Placement& p);
+  long long checkedRun(const Placement& p);
 
   weftComm_t comm_;
   int rank_;
   int nranks_;
   const Options& options_;
-  Buffer send_;
+  const Collective& collective_;
+  Buffer send_;  // this rank's input pattern, maxBytes
   Buffer recv_;  // maxBytes plus the guard
   std::vector<Row> rows_;
   long long outOfBounds_ = 0;
@@ -240,7 +272,7 @@ void Benchmark::printPreamble() {
   int version = 0;
   call(weftGetVersion(&version), "weftGetVersion");
   const Sweep& sweep = options_.sweep;
-  std::printf("# weft-perf allreduce: Weft %d.%d.%d, %d ranks\n", version / 10000,
+  std::printf("# weft-perf %s: Weft %d.%d.%d, %d ranks\n", collective_.name, version / 10000,
               version / 100 % 100, version % 100, nranks_);
   std::printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %ld iters: %ld validation: %d\n",
               sweep.minBytes, sweep.maxBytes, sweep.describeStep().c_str(), options_.warmupIters,
@@ -258,6 +290,10 @@ void Benchmark::printPreamble() {
 }
 
 int Benchmark::run() {
+  if (collective_.rooted && options_.root >= nranks_) {
+    if (rank_ == 0) usageError(kTool, "-r %d: the root must be below the rank count, %d", options_.root, nranks_);
+    return kExitUsage;
+  }
   const size_t maxBytes = options_.sweep.maxBytes;
   send_ = allocateBuffer(maxBytes);
   recv_ = allocateBuffer(maxBytes + kGuardBytes);
@@ -287,71 +323,103 @@ int Benchmark::run() {
 }
 
 void Benchmark::runSweep(const DataType& type, const RedOp& op) {
-  const CheckPattern pattern(type, op.id, nranks_);
+  const CheckPattern pattern(type, collective_.reduces ? op.id : weftMax, nranks_);
   // The same data feeds the timed runs; every size uses a prefix of it.
   pattern.fill(send_.get(), rank_, options_.sweep.maxBytes / type.size);
+  const size_t multiple = collective_.blocked ? static_cast<size_t>(nranks_) : 1;
   for (size_t size : options_.sweep.sizes()) {
-    const size_t count = size / type.size;
+    const size_t count = size / type.size / multiple * multiple;
     if (count == 0) {
-      if (rank_ == 0) std::printf("# %zu B skipped: less than one %s\n", size, type.name);
+      if (rank_ == 0) std::printf("# %zu B skipped: less than %zu %s\n", size, multiple, type.name);
       continue;
     }
     Row row;
-    row.collective = "allreduce";
+    row.collective = collective_.name;
     row.bytes = count * type.size;
     row.count = count;
     row.type = type.name;
-    row.redop = op.name;
-    row.root = -1;
+    row.redop = collective_.reduces ? op.name : "none";
+    row.root = collective_.rooted ? options_.root : -1;
     row.nranks = nranks_;
-    row.oop = measure({false, type, op, pattern, count});
-    row.ip = measure({true, type, op, pattern, count});
+    row.oop = measure(place(false, type, op, pattern, count));
+    if (collective_.id != CollectiveId::SendRecv) row.ip = measure(place(true, type, op, pattern, count));
     rows_.push_back(row);
     if (rank_ == 0) printRow(stdout, row);
   }
 }
 
-Measurement Benchmark::measure(const Placement& p) {
-  const size_t bytes = p.count * p.type.size;
-  unsigned char* recv = recv_.get();
-  const void* send = p.inPlace ? recv : send_.get();
-  if (p.inPlace) std::memcpy(recv, send_.get(), bytes);
-  const double timeUs = timeAllReduce(p, send, recv);
-  const long long wrong = options_.check ? checkedRun(p, send, recv) : -1;
-  return allReduceMeasurement(bytes, nranks_, timeUs, wrong);
+// Out of place: input in send_, output at the start of recv_. In place, both inside recv_ at
+// NCCL's layout: the send block at recv + offset (all-gather, gather), or the output at
+// send + offset (reduce-scatter, scatter); the guard follows whichever region ends last.
+Benchmark::Placement Benchmark::place(bool inPlace, const DataType& type, const RedOp& op, const CheckPattern& pattern,
+                                      size_t count) {
+  Placement p{inPlace, type, op, pattern, count};
+  const int root = options_.root;
+  p.sendElements = collective_.sendElements(count, nranks_, rank_, root);
+  p.recvElements = collective_.recvElements(count, nranks_, rank_, root);
+  if (!inPlace) {
+    p.send = send_.get();
+    p.recv = recv_.get();
+    p.guard = p.recv + p.recvElements * type.size;
+    return p;
+  }
+  const long offset = collective_.inPlaceOffset(count, nranks_, rank_, root);
+  unsigned char* base = recv_.get();
+  const size_t sendBegin = offset > 0 ? static_cast<size_t>(offset) : 0;
+  const size_t recvBegin = offset < 0 ? static_cast<size_t>(-offset) : 0;
+  p.send = base + sendBegin * type.size;
+  p.recv = base + recvBegin * type.size;
+  p.guard = base + std::max(sendBegin + p.sendElements, recvBegin + p.recvElements) * type.size;
+  return p;
 }
 
-double Benchmark::timeAllReduce(const Placement& p, const void* send, void* recv) {
-  auto allReduce = [&] {
-    call(weftAllReduce(send, recv, p.count, p.type.id, p.op.id, comm_, nullptr),
-         "weftAllReduce");
-  };
-  for (long i = 0; i < options_.warmupIters; ++i) allReduce();
+// In place, the input goes where the call will read it (the output buffer).
+void Benchmark::loadInput(const Placement& p) {
+  if (p.inPlace && p.sendElements > 0) {
+    std::memcpy(const_cast<void*>(p.send), send_.get(), p.sendElements * p.type.size);
+  }
+}
+
+void Benchmark::issue(const Placement& p) {
+  call(runCollective({collective_, p.send, p.recv, p.count, p.type, p.op.id, options_.root, comm_, rank_, nranks_,
+                      p.inPlace}),
+       collective_.name);
+}
+
+Measurement Benchmark::measure(const Placement& p) {
+  loadInput(p);
+  const double timeUs = timeCollective(p);
+  const long long wrong = options_.check ? checkedRun(p) : -1;
+  return collectiveMeasurement(p.count * p.type.size, collective_.busFactor(nranks_), timeUs, wrong);
+}
+
+double Benchmark::timeCollective(const Placement& p) {
+  for (long i = 0; i < options_.warmupIters; ++i) issue(p);
   barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (long i = 0; i < options_.iters; ++i) allReduce();
+  for (long i = 0; i < options_.iters; ++i) issue(p);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   const double us = std::chrono::duration<double, std::micro>(elapsed).count();
   return maxOverRanks(us / static_cast<double>(options_.iters));
 }
 
-// One run on freshly prepared buffers: the output poisoned (in place: the input restored, the
-// guard poisoned). Returns the wrong elements over all ranks and adds up stray writes.
-long long Benchmark::checkedRun(const Placement& p, const void* send, void* recv) {
-  const size_t bytes = p.count * p.type.size;
-  unsigned char* out = static_cast<unsigned char*>(recv);
-  if (p.inPlace) {
-    std::memcpy(out, send_.get(), bytes);
-    std::memset(out + bytes, kPoison, kGuardBytes);
-  } else {
-    std::memset(out, kPoison, bytes + kGuardBytes);
-  }
-  call(weftAllReduce(send, recv, p.count, p.type.id, p.op.id, comm_, nullptr), "weftAllReduce");
+// One run on freshly prepared buffers: the output poisoned (in place: the input restored), the
+// guard poisoned. Returns the wrong elements over all ranks and adds up stray writes.
+long long Benchmark::checkedRun(const Placement& p) {
+  if (!p.inPlace) std::memset(p.recv, kPoison, p.recvElements * p.type.size);
+  loadInput(p);
+  std::memset(p.guard, kPoison, kGuardBytes);
+  issue(p);
 
-  long long counts[2] = {static_cast<long long>(p.pattern.countWrong(out, p.count)), 0};
+  long long counts[2] = {0, 0};
+  if (collective_.hasResult(rank_, options_.root)) {
+    counts[0] = static_cast<long long>(p.pattern.countMismatches(p.recv, p.recvElements, [&](size_t i) {
+      return expectedElement(collective_, p.pattern, p.count, nranks_, rank_, options_.root, i);
+    }));
+  }
   for (size_t offset = 0; offset < kGuardBytes; offset += p.type.size) {
     for (size_t b = 0; b < p.type.size; ++b) {
-      if (out[bytes + offset + b] != kPoison) {
+      if (p.guard[offset + b] != kPoison) {
         ++counts[1];
         break;
       }
@@ -365,7 +433,6 @@ long long Benchmark::checkedRun(const Placement& p, const void* send, void* recv
 
 }  // namespace
 }  // namespace weftperf
-
 int main(int argc, char** argv) {
   using namespace weftperf;
   Options options;
