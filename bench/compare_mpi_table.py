@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Joins weft-perf, mpi-allreduce-bench and mem-bound-probe JSON output into side-by-side tables.
+"""Joins weft-perf, mpi-bench and mem-bound-probe JSON output into side-by-side tables.
 
 Called by `bench/compare --peer mpi`; usable on its own:
 
     bench/compare_mpi_table.py --run 2 weft2.json mpi2.json probe2.json \\
         [--run 4 weft4.json mpi4.json probe4.json] [--record-dir bench/results]
+    bench/compare_mpi_table.py --collective broadcast --run 2 weft2.json mpi2.json ...
 
 The all-reduce inputs use weft-perf's -J schema (see compare_table.py, whose readers this
 script reuses); the probe input is mem-bound-probe's -J array of
@@ -13,10 +14,12 @@ script reuses); the probe input is mem-bound-probe's -J array of
 for busbw is copy_gbps at the same size (see bench/mem_bound_probe.cc).
 
 Each --run is one rank count and gets its own table and verdicts. Targets (reported, never
-enforced through the exit status):
+enforced through the exit status), for all-reduce:
   * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
   * Weft's busbw >= 70% of the memory bound at every size >= 16 MiB;
-  * Weft's 8-byte time <= Open MPI's.
+  * Weft's 8-byte time <= Open MPI's;
+and for broadcast and all-gather (no probe input):
+  * Weft's busbw >= Open MPI's at every size >= 64 KiB.
 
 Exit status: 0 when the inputs were read and no row reports wrong elements (whether or not
 the targets were met), 1 when an input cannot be used or a data check failed, 2 for bad usage.
@@ -38,6 +41,14 @@ BUSBW_TARGET_RATIO = 2.0
 BOUND_TARGET_MIN_SIZE = 16 * MIB
 BOUND_TARGET_FRACTION = 0.70
 LATENCY_SIZE = 8
+OTHER_TARGET_MIN_SIZE = 64 * 1024
+# What each collective is called in the record, and how its busbw is defined.
+COLLECTIVES = {
+    "allreduce": ("All-reduce", "MPI_Allreduce (float32 sum)", "2(n-1)/n"),
+    "broadcast": ("Broadcast", "MPI_Bcast (float32, root 0)", "1"),
+    "allgather": ("All-gather", "MPI_Allgather (float32; size = the whole output, size/n per rank)",
+                  "(n-1)/n"),
+}
 
 
 def warn(message):
@@ -119,7 +130,10 @@ def latency_verdict(table):
     return ("MET" if ratio <= 1.0 else "MISSED"), detail
 
 
-def verdicts_of(table):
+def verdicts_of(table, collective):
+    if collective != "allreduce":
+        return [("busbw >= Open MPI's at every size >= 64 KiB",
+                 *threshold_verdict(table, OTHER_TARGET_MIN_SIZE, "ratio", 1.0, "Weft/MPI busbw ratio"))]
     return [
         ("busbw >= 2x Open MPI at every size >= 1 MiB",
          *threshold_verdict(table, BUSBW_TARGET_MIN_SIZE, "ratio", BUSBW_TARGET_RATIO,
@@ -181,20 +195,23 @@ def machine_lines():
 def write_record(args, sections):
     today = datetime.date.today().isoformat()
     suffix = "-quick" if args.quick else ""
-    path = os.path.join(args.record_dir, f"{today}-allreduce-vs-openmpi{suffix}.md")
+    path = os.path.join(args.record_dir, f"{today}-{args.collective}-vs-openmpi{suffix}.md")
     placement = "out-of-place" if args.placement == "oop" else "in-place"
     commands = [c for c in [args.compare_cmd] + (args.cmd or []) if c]
+    title, mpi_call, factor = COLLECTIVES[args.collective]
+    bound_text = ("bound = the all-reduce memory bound from mem-bound-probe in the same run: "
+                  "per-process memcpy bandwidth at that size with n processes copying at once (see "
+                  "bench/mem_bound_probe.cc); weft / bound = Weft busbw / bound. "
+                  if args.collective == "allreduce" else "")
     lines = [
-        f"# All-reduce: Weft over shm vs Open MPI, {today}{' (quick sweep)' if args.quick else ''}",
+        f"# {title}: Weft over shm vs Open MPI, {today}{' (quick sweep)' if args.quick else ''}",
         "",
-        "Ranks on one machine, float32 sum. Weft runs with WEFT_TRANSPORT=shm; Open MPI runs "
-        "MPI_Allreduce with its defaults (coll/tuned over the vader shared-memory BTL). Times "
-        f"are per iteration, {placement}, the maximum over ranks; busbw = algbw * 2(n-1)/n in "
-        "GB/s; ratio = Weft busbw / Open MPI busbw. bound = the all-reduce memory bound from "
-        "mem-bound-probe in the same run: per-process memcpy bandwidth at that size with n "
-        "processes copying at once (see bench/mem_bound_probe.cc); weft / bound = Weft busbw / "
-        "bound. Each rank count is a separate section; with more ranks than cores the ranks "
-        "share cores (oversubscribed), and the probe measures under the same sharing.",
+        f"Ranks on one machine. Weft runs with WEFT_TRANSPORT=shm; Open MPI runs {mpi_call} with "
+        "its defaults (coll/tuned over the vader shared-memory BTL). Times are per iteration, "
+        f"{placement}, the maximum over ranks; busbw = algbw * {factor} in GB/s; ratio = Weft "
+        f"busbw / Open MPI busbw. {bound_text}Each rank count is a separate section; with more "
+        "ranks than cores the ranks share cores (oversubscribed)"
+        f"{', and the probe measures under the same sharing' if bound_text else ''}.",
         "",
         "## Machine",
         "",
@@ -232,13 +249,15 @@ def write_record(args, sections):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", nargs=4, action="append", required=True,
-                        metavar=("NRANKS", "WEFT_JSON", "MPI_JSON", "PROBE_JSON"),
-                        help="one rank count's weft-perf, mpi-allreduce-bench and "
+    parser.add_argument("--run", nargs="+", action="append", required=True,
+                        metavar="NRANKS WEFT_JSON MPI_JSON [PROBE_JSON]",
+                        help="one rank count's weft-perf, mpi-bench and (all-reduce) "
                              "mem-bound-probe -J outputs (repeatable)")
+    parser.add_argument("--collective", choices=sorted(COLLECTIVES), default="allreduce",
+                        help="the collective the runs timed (default: allreduce)")
     parser.add_argument("--placement", choices=("oop", "ip"), default="oop",
                         help="which timing to compare (default: out-of-place)")
-    parser.add_argument("--record-dir", help="write YYYY-MM-DD-allreduce-vs-openmpi.md here")
+    parser.add_argument("--record-dir", help="write YYYY-MM-DD-COLLECTIVE-vs-openmpi.md here")
     parser.add_argument("--quick", action="store_true",
                         help="the runs used the quick sweep (recorded with a -quick suffix)")
     parser.add_argument("--compare-cmd", help="the bench/compare command line, for the record")
@@ -251,23 +270,28 @@ def main(argv=None):
 
     sections = []
     bad = []
-    for nranks_text, weft_path, mpi_path, probe_path in args.run:
+    want = 4 if args.collective == "allreduce" else 3
+    redop = "sum" if args.collective == "allreduce" else "none"
+    for run in args.run:
+        if len(run) != want:
+            parser.error(f"--run for {args.collective} takes {want} values, got {len(run)}")
+        nranks_text, weft_path, mpi_path = run[:3]
         try:
             nranks = int(nranks_text)
         except ValueError:
             parser.error(f"--run: '{nranks_text}' is not a rank count")
         try:
-            weft = load_rows(weft_path, f"weft ({nranks} ranks)")
-            mpi = load_rows(mpi_path, f"mpi ({nranks} ranks)")
-            bound = load_probe(probe_path)
+            weft = load_rows(weft_path, f"weft ({nranks} ranks)", args.collective, redop)
+            mpi = load_rows(mpi_path, f"mpi ({nranks} ranks)", args.collective, redop)
+            bound = load_probe(run[3]) if want == 4 else {}
         except InputError as e:
             print(f"compare_mpi_table: {e}", file=sys.stderr)
             return 1
         table = join(weft, mpi, bound, args.placement)
         missing = [human_size(e["size"]) for e in table if e["bound"] is None]
-        if missing:
+        if missing and want == 4:
             warn(f"{nranks} ranks: no probe bound for {', '.join(missing)}")
-        verdicts = verdicts_of(table)
+        verdicts = verdicts_of(table, args.collective)
         sections.append((nranks, table, verdicts))
         bad += wrong_rows(weft, f"weft ({nranks} ranks)") + wrong_rows(mpi, f"mpi ({nranks} ranks)")
 

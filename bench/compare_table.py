@@ -41,8 +41,8 @@ def warn(message):
     print(f"compare_table: warning: {message}", file=sys.stderr)
 
 
-def load_rows(path, label):
-    """Returns {size: row} for the all-reduce float sum rows of one JSON file."""
+def load_rows(path, label, collective="allreduce", redop="sum"):
+    """Returns {size: row} for the float rows of one collective (and reduction) in a JSON file."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -56,7 +56,7 @@ def load_rows(path, label):
     rows = {}
     for index, row in enumerate(data):
         try:
-            if (row["collective"], row["type"], row["redop"]) != ("allreduce", "float", "sum"):
+            if (row["collective"], row["type"], row["redop"]) != (collective, "float", redop):
                 continue
             size = int(row["size"])
             for placement in ("oop", "ip"):
@@ -70,7 +70,7 @@ def load_rows(path, label):
             continue
         rows[size] = row
     if not rows:
-        warn(f"{label} results {path} hold no all-reduce float sum rows")
+        warn(f"{label} results {path} hold no {collective} float {redop} rows")
     return rows
 
 

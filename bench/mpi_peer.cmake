@@ -11,23 +11,23 @@ target_compile_options(mem-bound-probe PRIVATE ${WEFT_WARNINGS})
 set_target_properties(mem-bound-probe PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
-# mpi-allreduce-bench: MPI_Allreduce through the MPI C API (Debian: libopenmpi-dev). The C
+# mpi-bench: MPI_Allreduce, MPI_Bcast and MPI_Allgather through the MPI C API (Debian: libopenmpi-dev). The C
 # component is enough, and it avoids the deprecated C++ bindings. MPI's headers are included
 # as SYSTEM headers so that ${WEFT_WARNINGS} (with -Werror) applies to our code only.
 find_package(MPI QUIET COMPONENTS C)
 if(MPI_C_FOUND)
-  add_executable(mpi-allreduce-bench
-    mpi_allreduce.cc
+  add_executable(mpi-bench
+    mpi_bench.cc
     ${PROJECT_SOURCE_DIR}/tools/weft-perf/perf_common.cc)
-  target_include_directories(mpi-allreduce-bench PRIVATE ${PROJECT_SOURCE_DIR}/tools)
-  target_include_directories(mpi-allreduce-bench SYSTEM PRIVATE ${MPI_C_INCLUDE_DIRS})
-  target_link_libraries(mpi-allreduce-bench PRIVATE MPI::MPI_C)
-  target_compile_options(mpi-allreduce-bench PRIVATE ${WEFT_WARNINGS})
-  set_target_properties(mpi-allreduce-bench PROPERTIES
+  target_include_directories(mpi-bench PRIVATE ${PROJECT_SOURCE_DIR}/tools)
+  target_include_directories(mpi-bench SYSTEM PRIVATE ${MPI_C_INCLUDE_DIRS})
+  target_link_libraries(mpi-bench PRIVATE MPI::MPI_C)
+  target_compile_options(mpi-bench PRIVATE ${WEFT_WARNINGS})
+  set_target_properties(mpi-bench PROPERTIES
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
   message(STATUS "MPI ${MPI_C_VERSION} found: "
-                 "building mpi-allreduce-bench for bench/compare --peer mpi")
+                 "building mpi-bench for bench/compare --peer mpi")
 else()
   message(STATUS "MPI not found (Debian: libopenmpi-dev openmpi-bin): not building "
-                 "mpi-allreduce-bench; bench/compare --peer mpi needs it")
+                 "mpi-bench; bench/compare --peer mpi needs it")
 endif()

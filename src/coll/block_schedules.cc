@@ -40,16 +40,19 @@ Schedule buildRingAllGather(const CollectiveShape& shape, const PipelineParams& 
   const Blocks blocks(shape, chunkElementsFor(pipeline.chunkBytes, shape.elementSize));
   ScheduleBuilder b(false);
   if (shape.bytes() == 0) return b.finish("ring", 0);
-  if (!shape.inPlace) b.copy(blocks.at(Buffer::Recv, r, 0), {Buffer::Send, 0}, shape.bytes());
-  if (n == 1) return b.finish("ring", 0);
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  for (int s = 0; s < n - 1; ++s) {
+  for (int s = 0; s < n - 1 || (n == 1 && s == 0); ++s) {
     const int sendBlock = blocks.wrap(r - s), recvBlock = blocks.wrap(r - s - 1);
     for (size_t c = 0; c < blocks.layout.chunks(0); ++c) {
-      // The first step sends this rank's input straight from the send buffer.
-      const Region source = s == 0 && !shape.inPlace ? blocks.single(Buffer::Send, c) : blocks.at(Buffer::Recv, sendBlock, c);
-      b.send(next, source, blocks.chunkBytes(sendBlock, c));
-      b.recv(prev, blocks.at(Buffer::Recv, recvBlock, c), blocks.chunkBytes(recvBlock, c));
+      // The first step sends this rank's input straight from the send buffer, and copies it
+      // into place chunk by chunk while the ring drains.
+      if (s == 0 && !shape.inPlace) {
+        if (n > 1) b.send(next, blocks.single(Buffer::Send, c), blocks.chunkBytes(r, c));
+        b.copy(blocks.at(Buffer::Recv, r, c), blocks.single(Buffer::Send, c), blocks.chunkBytes(r, c));
+      } else if (n > 1) {
+        b.send(next, blocks.at(Buffer::Recv, sendBlock, c), blocks.chunkBytes(sendBlock, c));
+      }
+      if (n > 1) b.recv(prev, blocks.at(Buffer::Recv, recvBlock, c), blocks.chunkBytes(recvBlock, c));
     }
   }
   return b.finish("ring", 0);

@@ -59,9 +59,10 @@ class Run {
     std::chrono::steady_clock::time_point idleSince;
     while (completed_ < s_.steps.size()) {
       bool progressed = false;
-      while (!computeQueue_.empty()) {
-        uint32_t step = computeQueue_.back();
-        computeQueue_.pop_back();
+      // One reduction or copy per round, then the transports: local work overlaps the wire.
+      if (!computeQueue_.empty()) {
+        uint32_t step = computeQueue_.front();
+        computeQueue_.pop_front();
         compute(s_.steps[step]);
         WEFT_TRY(complete(step));
         progressed = true;
@@ -218,7 +219,7 @@ class Run {
   std::vector<uint32_t> remaining_;
   std::vector<uint8_t> ready_;
   std::vector<PeerState> peers_;
-  std::vector<uint32_t> computeQueue_;
+  std::deque<uint32_t> computeQueue_;  // ready reductions and copies, oldest first
   std::vector<pollfd> pollFds_;
   size_t completed_ = 0;
 };

@@ -71,12 +71,13 @@ Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& 
     const Region mine = chunks.at(Buffer::Recv, c);
     if (v == 0) {
       b.send(next, shape.inPlace ? mine : chunks.at(Buffer::Send, c), chunks.bytes(c));
+      // The root's own copy goes chunk by chunk, done while it waits for the chain to drain.
+      if (!shape.inPlace) b.copy(mine, chunks.at(Buffer::Send, c), chunks.bytes(c));
     } else {
       b.recv(prev, mine, chunks.bytes(c));
       if (v < n - 1) b.send(next, mine, chunks.bytes(c));
     }
   }
-  if (v == 0 && !shape.inPlace) b.copy({Buffer::Recv, 0}, {Buffer::Send, 0}, shape.bytes());
   return b.finish("ring", 0);
 }
 
@@ -121,8 +122,8 @@ Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& 
     const Region source = root && !shape.inPlace ? chunks.at(Buffer::Send, c) : mine;
     if (!root) b.recv(pos.parent, mine, chunks.bytes(c));
     for (int i = 0; i < pos.childCount; ++i) b.send(pos.children[i], source, chunks.bytes(c));
+    if (root && !shape.inPlace) b.copy(mine, source, chunks.bytes(c));
   }
-  if (root && !shape.inPlace) b.copy({Buffer::Recv, 0}, {Buffer::Send, 0}, shape.bytes());
   return b.finish("tree", 0);
 }
 

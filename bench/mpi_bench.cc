@@ -1,17 +1,18 @@
-// mpi-allreduce-bench: the Open MPI side of `bench/compare --peer mpi`. Times MPI_Allreduce
-// (MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) and prints the same nccl-tests-style rows and JSON as
-// weft-perf and gloo-allreduce-bench (tools/weft-perf/perf_common.cc).
+// mpi-bench: the Open MPI side of `bench/compare --peer mpi`. Times MPI_Allreduce (MPI_SUM),
+// MPI_Bcast (root 0) or MPI_Allgather on MPI_FLOAT over MPI_COMM_WORLD and prints the same
+// nccl-tests-style rows and JSON as weft-perf (tools/weft-perf/perf_common.cc), with weft-perf's
+// size conventions (all-gather's size is its whole output, each rank's block size / n).
 //
-// What is measured: whatever the MPI library does for MPI_Allreduce with the run's settings
-// (Open MPI 4.1 on one host: coll/tuned's decision rules over the vader shared-memory BTL).
-// Both columns are real runs: out-of-place passes separate send and receive buffers; in-place
-// passes MPI_IN_PLACE and the receive buffer. Before each timed loop the ranks meet at an
-// MPI_Barrier; the time per iteration is the maximum over ranks. The data check (-c 1) is
-// gloo-allreduce-bench's: small integers whose sums are exact in float32, a poisoned guard
-// after the output, and a count of wrong elements and stray guard words summed over ranks.
+// What is measured: whatever the MPI library does for the call with the run's settings (Open
+// MPI 4.1 on one host: coll/tuned's decision rules over the vader shared-memory BTL). Out of
+// place passes separate send and receive buffers; in place passes MPI_IN_PLACE. MPI_Bcast has
+// only one form, so both columns run it. Before each timed loop the ranks meet at an
+// MPI_Barrier; the time per iteration is the maximum over ranks. The data check (-c 1): small
+// integers whose sums are exact in float32, a poisoned guard after the output, and a count of
+// wrong elements and stray guard words summed over ranks.
 //
-// Start it with mpirun (mpirun --allow-run-as-root --oversubscribe -np N mpi-allreduce-bench
-// ...); rank 0 prints.
+// Start it with mpirun (mpirun --allow-run-as-root --oversubscribe -np N mpi-bench
+// [allreduce|broadcast|allgather] ...); rank 0 prints.
 // The C API only: keep Open MPI's and MPICH's deprecated C++ bindings out (they need libmpi_cxx).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -42,13 +43,19 @@ constexpr size_t kGuardBytes = 4096;    // poisoned bytes after the output, chec
 constexpr unsigned char kPoison = 0xA5;  // 0xA5A5A5A5 is no sum of small integers
 constexpr int kHostSlotBytes = 256;
 
-using Options = weftperf::CommonOptions;
+enum class Collective { AllReduce, Broadcast, AllGather };
+
+struct Options : weftperf::CommonOptions {
+  Collective collective = Collective::AllReduce;
+  const char* name = "allreduce";
+};
 
 void printUsage() {
   std::printf(
-      "Usage: mpi-allreduce-bench [options]\n"
-      "Times MPI_Allreduce (MPI_FLOAT, MPI_SUM) and prints an nccl-tests-style table like\n"
-      "weft-perf's. Start it with mpirun (mpirun -np N mpi-allreduce-bench ...); rank 0 prints.\n"
+      "Usage: mpi-bench [allreduce|broadcast|allgather] [options]\n"
+      "Times MPI_Allreduce (MPI_SUM), MPI_Bcast (root 0) or MPI_Allgather on MPI_FLOAT and\n"
+      "prints an nccl-tests-style table like weft-perf's. Start it with mpirun\n"
+      "(mpirun -np N mpi-bench ...); rank 0 prints.\n"
       "\n"
       "  -b, --minbytes SIZE     smallest message (default 8)\n"
       "  -e, --maxbytes SIZE     largest message (default 128M)\n"
@@ -63,11 +70,12 @@ void printUsage() {
       "  -h, --help              print this help\n"
       "\n"
       "SIZE takes an optional K, M or G suffix (powers of 1024) and is rounded down to a\n"
-      "multiple of 4 bytes. Time is per iteration, the maximum over ranks; algbw = size / time,\n"
-      "busbw = algbw * 2(n-1)/n (GB/s). Exit status: 0 success, 1 failure, 2 bad command line.\n");
+      "multiple of 4 bytes (all-gather: of 4 x ranks). Time is per iteration, the maximum over\n"
+      "ranks; algbw = size / time, busbw = algbw x 2(n-1)/n (allreduce), 1 (broadcast) or\n"
+      "(n-1)/n (allgather), in GB/s. Exit status: 0 success, 1 failure, 2 bad command line.\n");
 }
 
-constexpr const char* kTool = "mpi-allreduce-bench";
+constexpr const char* kTool = "mpi-bench";
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on. Runs before
 // MPI_Init; every rank parses the same arguments, so all of them return the same way.
@@ -93,6 +101,20 @@ int parseArgs(int argc, char** argv, Options* options) {
       default:
         if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
         return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) {
+    const std::string name = argv[optind++];
+    if (name == "allreduce") {
+      options->collective = Collective::AllReduce;
+    } else if (name == "broadcast") {
+      options->collective = Collective::Broadcast;
+      options->name = "broadcast";
+    } else if (name == "allgather") {
+      options->collective = Collective::AllGather;
+      options->name = "allgather";
+    } else {
+      return weftperf::usageError(kTool, "unknown collective '%s' (allreduce, broadcast, allgather)", name.c_str());
     }
   }
   if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
@@ -126,9 +148,63 @@ class MpiBench {
   int run();
 
  private:
-  void allreduce(size_t count, bool inPlace) {
-    MPI_Allreduce(inPlace ? MPI_IN_PLACE : send_.get(), recv_.get(), static_cast<int>(count),
-                  MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  // One call for a row of `count` floats (all-gather: count / n per rank).
+  void collective(size_t count, bool inPlace) {
+    float* recv = recv_.get();
+    switch (options_.collective) {
+      case Collective::AllReduce:
+        MPI_Allreduce(inPlace ? MPI_IN_PLACE : send_.get(), recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+        break;
+      case Collective::Broadcast:
+        MPI_Bcast(recv, static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
+      case Collective::AllGather: {
+        const int block = static_cast<int>(count / static_cast<size_t>(nranks_));
+        MPI_Allgather(inPlace ? MPI_IN_PLACE : send_.get(), block, MPI_FLOAT, recv, block, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+      }
+    }
+  }
+  // Puts this rank's input where the call reads it: the broadcast root's buffer, or in place.
+  void loadInput(size_t count, bool inPlace) {
+    const size_t block = count / static_cast<size_t>(nranks_);
+    switch (options_.collective) {
+      case Collective::AllReduce:
+        if (inPlace) std::memcpy(recv_.get(), send_.get(), count * sizeof(float));
+        break;
+      case Collective::Broadcast:
+        if (rank_ == 0) std::memcpy(recv_.get(), send_.get(), count * sizeof(float));
+        break;
+      case Collective::AllGather:
+        if (inPlace) std::memcpy(recv_.get() + static_cast<size_t>(rank_) * block, send_.get(), block * sizeof(float));
+        break;
+    }
+  }
+  // What element i of the output must hold.
+  float expected(size_t count, size_t i) const {
+    switch (options_.collective) {
+      case Collective::AllReduce: {
+        float want = 0.0f;
+        for (int r = 0; r < nranks_; ++r) want += checkValue(r, i);
+        return want;
+      }
+      case Collective::Broadcast: return checkValue(0, i);
+      case Collective::AllGather: {
+        const size_t block = count / static_cast<size_t>(nranks_);
+        return checkValue(static_cast<int>(i / block), i % block);
+      }
+    }
+    return 0;
+  }
+  double busFactor() const {
+    const double n = nranks_;
+    switch (options_.collective) {
+      case Collective::AllReduce: return 2.0 * (n - 1) / n;
+      case Collective::Broadcast: return 1.0;
+      case Collective::AllGather: return (n - 1) / n;
+    }
+    return 1.0;
   }
   long long sumOverRanks(long long value) {
     MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -167,8 +243,10 @@ void MpiBench::printPreamble() {
     version.resize(end);  // "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4"
   }
   const weftperf::Sweep& sweep = options_.sweep;
-  std::printf("# mpi-allreduce-bench: %s MPI_Allreduce (MPI_FLOAT, MPI_SUM), %d ranks\n",
-              version.c_str(), nranks_);
+  const char* call = options_.collective == Collective::AllReduce   ? "MPI_Allreduce (MPI_FLOAT, MPI_SUM)"
+                     : options_.collective == Collective::Broadcast ? "MPI_Bcast (MPI_FLOAT, root 0)"
+                                                                    : "MPI_Allgather (MPI_FLOAT)";
+  std::printf("# mpi-bench %s: %s %s, %d ranks\n", options_.name, version.c_str(), call, nranks_);
   std::printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %ld iters: %ld validation: %d\n",
               sweep.minBytes, sweep.maxBytes, sweep.describeStep().c_str(), options_.warmupIters,
               options_.iters, options_.check ? 1 : 0);
@@ -195,19 +273,20 @@ int MpiBench::run() {
   printPreamble();
   if (rank_ == 0) weftperf::printColumnHeader(stdout);
   std::vector<weftperf::Row> rows;
+  const size_t multiple = options_.collective == Collective::AllGather ? static_cast<size_t>(nranks_) : 1;
   for (size_t size : options_.sweep.sizes()) {
-    const size_t count = size / sizeof(float);
+    const size_t count = size / sizeof(float) / multiple * multiple;
     if (count == 0) {
-      if (rank_ == 0) std::printf("# %zu B skipped: less than one float\n", size);
+      if (rank_ == 0) std::printf("# %zu B skipped: less than %zu float\n", size, multiple);
       continue;
     }
     weftperf::Row row;
-    row.collective = "allreduce";
+    row.collective = options_.name;
     row.bytes = count * sizeof(float);
     row.count = count;
     row.type = "float";
-    row.redop = "sum";
-    row.root = -1;
+    row.redop = options_.collective == Collective::AllReduce ? "sum" : "none";
+    row.root = options_.collective == Collective::Broadcast ? 0 : -1;
     row.nranks = nranks_;
     row.oop = measure(count, false);
     row.ip = measure(count, true);
@@ -219,50 +298,42 @@ int MpiBench::run() {
   weftperf::printFooter(stdout, outOfBounds_, options_.check, weftperf::averageBusBw(rows));
   int status = kExitOk;
   if (checkFailed_) {
-    std::fprintf(stderr, "mpi-allreduce-bench: data check FAILED\n");
+    std::fprintf(stderr, "mpi-bench: data check FAILED\n");
     status = kExitFailure;
   }
   std::string error;
   if (!options_.jsonPath.empty() && !weftperf::writeJson(options_.jsonPath, rows, &error)) {
-    std::fprintf(stderr, "mpi-allreduce-bench: %s\n", error.c_str());
+    std::fprintf(stderr, "mpi-bench: %s\n", error.c_str());
     status = kExitFailure;
   }
   return status;
 }
 
 weftperf::Measurement MpiBench::measure(size_t count, bool inPlace) {
-  if (inPlace) std::memcpy(recv_.get(), send_.get(), count * sizeof(float));
-  for (long i = 0; i < options_.warmupIters; ++i) allreduce(count, inPlace);
+  loadInput(count, inPlace);
+  for (long i = 0; i < options_.warmupIters; ++i) collective(count, inPlace);
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = std::chrono::steady_clock::now();
-  for (long i = 0; i < options_.iters; ++i) allreduce(count, inPlace);
+  for (long i = 0; i < options_.iters; ++i) collective(count, inPlace);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   double us = std::chrono::duration<double, std::micro>(elapsed).count() /
               static_cast<double>(options_.iters);
   MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
   const long long wrong = options_.check ? checkedRun(count, inPlace) : -1;
-  return weftperf::allReduceMeasurement(count * sizeof(float), nranks_, us, wrong);
+  return weftperf::collectiveMeasurement(count * sizeof(float), busFactor(), us, wrong);
 }
 
 long long MpiBench::checkedRun(size_t count, bool inPlace) {
   const size_t bytes = count * sizeof(float);
   float* recv = recv_.get();
   unsigned char* raw = reinterpret_cast<unsigned char*>(recv);
-  if (inPlace) {
-    std::memcpy(recv, send_.get(), bytes);
-    std::memset(raw + bytes, kPoison, kGuardBytes);
-  } else {
-    std::memset(raw, kPoison, bytes + kGuardBytes);
-  }
-  allreduce(count, inPlace);
+  std::memset(raw, kPoison, bytes + kGuardBytes);
+  loadInput(count, inPlace);
+  collective(count, inPlace);
 
   long long wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    float want = 0.0f;
-    for (int r = 0; r < nranks_; ++r) want += checkValue(r, i);
-    if (recv[i] != want) ++wrong;
-  }
+  for (size_t i = 0; i < count; ++i) wrong += recv[i] != expected(count, i);
   long long stray = 0;
   for (size_t offset = 0; offset < kGuardBytes; offset += sizeof(float)) {
     if (std::memcmp(raw + bytes + offset, "\xA5\xA5\xA5\xA5", sizeof(float)) != 0) ++stray;
@@ -293,7 +364,7 @@ int main(int argc, char** argv) {
     MpiBench bench(rank, nranks, options);
     status = bench.run();
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "mpi-allreduce-bench: rank %d: out of memory for %zu-byte buffers\n",
+    std::fprintf(stderr, "mpi-bench: rank %d: out of memory for %zu-byte buffers\n",
                  rank, options.sweep.maxBytes);
     MPI_Abort(MPI_COMM_WORLD, kExitFailure);
   }
