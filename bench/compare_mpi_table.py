@@ -45,7 +45,8 @@ OTHER_TARGET_MIN_SIZE = 64 * 1024
 # What each collective is called in the record, and how its busbw is defined.
 COLLECTIVES = {
     "allreduce": ("All-reduce", "MPI_Allreduce (float32 sum)", "2(n-1)/n"),
-    "broadcast": ("Broadcast", "MPI_Bcast (float32, root 0)", "1"),
+    "broadcast": ("Broadcast", "MPI_Bcast (float32, root 0; in place by nature, so Weft's in-place "
+                  "weftBcast is compared)", "1"),
     "allgather": ("All-gather", "MPI_Allgather (float32; size = the whole output, size/n per rank)",
                   "(n-1)/n"),
 }
