@@ -65,29 +65,11 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
     return Status(weftRemoteError, "the " + where + " closed the connection before answering: its process exited, or the id is stale or belongs to another job");
   }
   WEFT_TRY(got);
-  if (reply.magic != kReplyMagic) return Status(weftRemoteError, "the " + where + " sent a malformed reply");
-  if (reply.result != weftSuccess) {
-    reply.message[sizeof(reply.message) - 1] = '\0';
-    weftResult_t code = reply.result > 0 && reply.result < weftNumResults ? static_cast<weftResult_t>(reply.result)
-                                                                          : weftRemoteError;
-    return Status(code, reply.message);
-  }
-  if (reply.nranks != nranks) {
-    return Status(weftRemoteError, formatString("the %s answered for %d ranks, expected %d", where.c_str(), reply.nranks, nranks));
-  }
+  WEFT_TRY(checkRootReply(reply, nranks, where));
   std::vector<PeerRecord> records(static_cast<size_t>(nranks));
   WEFT_TRY(transport::recvAll(root.get(), records.data(), records.size() * sizeof(PeerRecord), deadline, abortFlag)
                .withContext(where));
-  out.peers.resize(records.size());
-  for (size_t r = 0; r < records.size(); ++r) {
-    auto address = transport::fromWire(records[r].listen);
-    if (!address.isOk()) return address.status().withContext(where);
-    out.peers[r].listen = address.value();
-    out.peers[r].pid = records[r].pid;
-    out.peers[r].hostHash = records[r].hostHash;
-    records[r].hostName[sizeof(records[r].hostName) - 1] = '\0';
-    out.peers[r].hostName = records[r].hostName;
-  }
+  WEFT_ASSIGN_OR_RETURN(out.peers, decodePeerRecords(records, where));
   WEFT_INFO("rank %d of %d: bootstrap done, listening for peers on %s", rank, nranks, bound.toString().c_str());
   return out;
 }

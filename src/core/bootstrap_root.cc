@@ -100,19 +100,14 @@ class RootServer {
   }
 
   // A hello that does not prove the secret, or is not ours, is dropped; nothing else happens.
-  std::string validate(const RankHello& h) const {
-    if (h.magic != kHelloMagic) return "not a Weft hello";
-    if (h.version != kProtocolVersion) return formatString("protocol version %u, expected %u", h.version, kProtocolVersion);
-    if (!transport::constantTimeEqual(h.secret, secret_.data(), secret_.size())) return "wrong secret (a stale or forged id?)";
-    return "";
-  }
+  std::string validate(const RankHello& h) const { return rankHelloProblem(h, secret_); }
 
   // A hello with the right secret from a confused rank fails the whole rendezvous, loudly.
   bool admit(PendingConnection& p) {
     const RankHello& h = p.hello;
     std::string host(h.hostName, strnlen(h.hostName, sizeof(h.hostName)));
-    if (h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 || h.rank >= h.nranks) {
-      fail(weftInvalidUsage, formatString("bootstrap: a rank on %s claimed rank %d of %d", host.c_str(), h.rank, h.nranks));
+    if (std::string why = rankHelloFieldsProblem(h); !why.empty()) {
+      fail(weftInvalidUsage, "bootstrap: " + why);
       return false;
     }
     if (nranks_ == 0) {

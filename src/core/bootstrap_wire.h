@@ -3,8 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "core/unique_id.h"
 #include "transport/socket/socket_util.h"
+#include "util/status.h"
 
 namespace weft::core {
 
@@ -59,5 +64,26 @@ struct PeerHello {
   int32_t streams;
   uint32_t reserved;
 };
+
+// Checks on what a peer sent, before anything is done with it. Each is a pure function of the
+// bytes received (tests/fuzz/ drives them with arbitrary input).
+
+// Why the root drops a RankHello (not Weft's, another version, the wrong secret); "" when it
+// proves the secret. Fields the root then trusts are checked by rankHelloFieldsProblem.
+std::string rankHelloProblem(const RankHello& hello, const Secret& secret);
+// Why a hello with the right secret cannot join (rank or nranks out of range); "" when it can.
+std::string rankHelloFieldsProblem(const RankHello& hello);
+
+// The root's answer for a rank expecting `nranks` ranks: ok when it admits the rank, else the
+// error it carries (or says why it is malformed). `where` names the root for messages.
+Status checkRootReply(const RootReply& reply, int nranks, const std::string& where);
+
+struct PeerInfo;
+// The table of peers that follows a successful RootReply.
+Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> records, const std::string& where);
+
+// Why a rank drops an incoming peer stream: not a Weft peer, the wrong secret, or ranks and
+// stream numbers that cannot be (only lower ranks connect to `myRank`); nullptr when it is fine.
+const char* peerHelloProblem(const PeerHello& hello, const Secret& secret, int myRank, int nranks, int streams);
 
 }  // namespace weft::core

@@ -125,16 +125,8 @@ Status PeerMesh::acceptAndSort(const Deadline& deadline) {
   PeerHello hello{};
   Status got = transport::recvAll(fd.get(), &hello, sizeof(hello),
                                   deadline.earlier(Deadline::afterMs(kHelloDeadlineMs)), abortFlag_);
-  const char* why = nullptr;
-  if (!got.isOk()) why = "no hello";
-  else if (hello.magic != kPeerHelloMagic || hello.version != kProtocolVersion) why = "not a Weft peer";
-  else if (!transport::constantTimeEqual(hello.secret, secret_.data(), secret_.size())) why = "wrong secret";
-  else if (hello.toRank != rank_ || hello.fromRank < 0 || hello.fromRank >= rank_ ||
-           hello.streams != streamsPerPeer_ || hello.stream >= streamsPerPeer_) {
-    why = "inconsistent ranks or stream counts";
-  } else if (connections_[static_cast<size_t>(hello.fromRank)]) {
-    why = "a duplicate connection";
-  }
+  const char* why = !got.isOk() ? "no hello" : peerHelloProblem(hello, secret_, rank_, size(), streamsPerPeer_);
+  if (why == nullptr && connections_[static_cast<size_t>(hello.fromRank)]) why = "a duplicate connection";
   if (why != nullptr) {
     WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, from.toString().c_str(), why);
     return Status::ok();

@@ -1,5 +1,7 @@
 #include "collectives.h"
 
+#include <algorithm>
+
 namespace weftperf {
 
 const std::vector<Collective>& allCollectives() {
@@ -68,23 +70,36 @@ long Collective::inPlaceOffset(size_t count, int nranks, int rank, int /*root*/)
   }
 }
 
+BufferLayout layoutFor(const Collective& c, bool inPlace, size_t count, int nranks, int rank, int root) {
+  BufferLayout l{inPlace};
+  l.sendElements = c.sendElements(count, nranks, rank, root);
+  l.recvElements = c.recvElements(count, nranks, rank, root);
+  if (inPlace) {
+    const long offset = c.inPlaceOffset(count, nranks, rank, root);
+    l.sendBegin = offset > 0 ? static_cast<size_t>(offset) : 0;
+    l.recvBegin = offset < 0 ? static_cast<size_t>(-offset) : 0;
+  }
+  l.guardBegin = inPlace ? std::max(l.sendBegin + l.sendElements, l.recvBegin + l.recvElements) : l.recvElements;
+  return l;
+}
+
 weftResult_t runCollective(const CallArgs& a) {
   const size_t n = a.collective.callCount(a.count, a.nranks);
   const weftDataType_t t = a.type.id;
   switch (a.collective.id) {
-    case CollectiveId::AllReduce: return weftAllReduce(a.send, a.recv, n, t, a.op, a.comm, nullptr);
-    case CollectiveId::Broadcast: return weftBroadcast(a.send, a.recv, n, t, a.root, a.comm, nullptr);
-    case CollectiveId::Reduce: return weftReduce(a.send, a.recv, n, t, a.op, a.root, a.comm, nullptr);
-    case CollectiveId::AllGather: return weftAllGather(a.send, a.recv, n, t, a.comm, nullptr);
-    case CollectiveId::ReduceScatter: return weftReduceScatter(a.send, a.recv, n, t, a.op, a.comm, nullptr);
-    case CollectiveId::AlltoAll: return weftAlltoAll(a.send, a.recv, n, t, a.comm, nullptr);
-    case CollectiveId::Gather: return weftGather(a.send, a.recv, n, t, a.root, a.comm, nullptr);
-    case CollectiveId::Scatter: return weftScatter(a.send, a.recv, n, t, a.root, a.comm, nullptr);
+    case CollectiveId::AllReduce: return weftAllReduce(a.send, a.recv, n, t, a.op, a.comm, a.stream);
+    case CollectiveId::Broadcast: return weftBroadcast(a.send, a.recv, n, t, a.root, a.comm, a.stream);
+    case CollectiveId::Reduce: return weftReduce(a.send, a.recv, n, t, a.op, a.root, a.comm, a.stream);
+    case CollectiveId::AllGather: return weftAllGather(a.send, a.recv, n, t, a.comm, a.stream);
+    case CollectiveId::ReduceScatter: return weftReduceScatter(a.send, a.recv, n, t, a.op, a.comm, a.stream);
+    case CollectiveId::AlltoAll: return weftAlltoAll(a.send, a.recv, n, t, a.comm, a.stream);
+    case CollectiveId::Gather: return weftGather(a.send, a.recv, n, t, a.root, a.comm, a.stream);
+    case CollectiveId::Scatter: return weftScatter(a.send, a.recv, n, t, a.root, a.comm, a.stream);
     case CollectiveId::SendRecv: {
       weftResult_t r = weftGroupStart();
       if (r != weftSuccess) return r;
-      weftResult_t sent = weftSend(a.send, n, t, (a.rank + 1) % a.nranks, a.comm, nullptr);
-      weftResult_t received = weftRecv(a.recv, n, t, (a.rank + a.nranks - 1) % a.nranks, a.comm, nullptr);
+      weftResult_t sent = weftSend(a.send, n, t, (a.rank + 1) % a.nranks, a.comm, a.stream);
+      weftResult_t received = weftRecv(a.recv, n, t, (a.rank + a.nranks - 1) % a.nranks, a.comm, a.stream);
       r = weftGroupEnd();
       return sent != weftSuccess ? sent : received != weftSuccess ? received : r;
     }

@@ -36,6 +36,17 @@ struct Collective {
   long inPlaceOffset(size_t count, int nranks, int rank, int root) const;
 };
 
+// Where one call's buffers lie, in elements. Out of place: the send buffer is separate, the
+// receive buffer starts at 0 of the output arena. In place, both lie in the output arena at
+// NCCL's layout. guardBegin is where the arena's used part ends (stray writes show past it).
+struct BufferLayout {
+  bool inPlace;
+  size_t sendBegin = 0, recvBegin = 0;  // in place: offsets in the arena
+  size_t sendElements = 0, recvElements = 0;
+  size_t guardBegin = 0;
+};
+BufferLayout layoutFor(const Collective& collective, bool inPlace, size_t count, int nranks, int rank, int root);
+
 const std::vector<Collective>& allCollectives();
 const Collective* findCollective(std::string_view name);
 
@@ -51,9 +62,10 @@ struct CallArgs {
   int rank;
   int nranks;
   bool inPlace;
+  weftStream_t stream = nullptr;
 };
 
-// Issues the collective (blocking). sendrecv sends to rank+1 and receives from rank-1 in a group.
+// Issues the collective (on args.stream; NULL: blocking). sendrecv sends to rank+1 and receives from rank-1 in a group.
 weftResult_t runCollective(const CallArgs& args);
 
 // What element `index` of `rank`'s receive buffer must hold, with every rank's send buffer

@@ -354,22 +354,13 @@ void Benchmark::runSweep(const DataType& type, const RedOp& op) {
 Benchmark::Placement Benchmark::place(bool inPlace, const DataType& type, const RedOp& op, const CheckPattern& pattern,
                                       size_t count) {
   Placement p{inPlace, type, op, pattern, count};
-  const int root = options_.root;
-  p.sendElements = collective_.sendElements(count, nranks_, rank_, root);
-  p.recvElements = collective_.recvElements(count, nranks_, rank_, root);
-  if (!inPlace) {
-    p.send = send_.get();
-    p.recv = recv_.get();
-    p.guard = p.recv + p.recvElements * type.size;
-    return p;
-  }
-  const long offset = collective_.inPlaceOffset(count, nranks_, rank_, root);
-  unsigned char* base = recv_.get();
-  const size_t sendBegin = offset > 0 ? static_cast<size_t>(offset) : 0;
-  const size_t recvBegin = offset < 0 ? static_cast<size_t>(-offset) : 0;
-  p.send = base + sendBegin * type.size;
-  p.recv = base + recvBegin * type.size;
-  p.guard = base + std::max(sendBegin + p.sendElements, recvBegin + p.recvElements) * type.size;
+  const BufferLayout layout = layoutFor(collective_, inPlace, count, nranks_, rank_, options_.root);
+  p.sendElements = layout.sendElements;
+  p.recvElements = layout.recvElements;
+  unsigned char* arena = recv_.get();
+  p.send = inPlace ? arena + layout.sendBegin * type.size : send_.get();
+  p.recv = arena + layout.recvBegin * type.size;
+  p.guard = arena + layout.guardBegin * type.size;
   return p;
 }
 

@@ -1,5 +1,6 @@
-// weft-stress: random all-reduces, every one verified. Each iteration draws a data type, an op,
-// a count (log-uniform up to -m bytes), in place or not, and blocking or on a host stream, from a
+// weft-stress: random collectives, every one verified. Each iteration draws a collective (all
+// of weft-perf's, or only all-reduce with -c allreduce), a data type, an op, a root, a count
+// (log-uniform up to -m bytes), in place or not, and blocking or on a host stream, from a
 // generator seeded by (seed, iteration), so every rank draws the same without talking. Inputs
 // and the reference come from weft-perf's check pattern (exact for every type and op); outputs
 // are poisoned first and guarded after their end. Start one process per rank with a launcher
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "weft-perf/check_data.h"
+#include "weft-perf/collectives.h"
 #include "weft-perf/perf_common.h"
 #include "weft/weft.h"
 
@@ -34,15 +36,19 @@ struct Options {
   double seconds = 0;  // > 0: run until this much time has passed (overrides -i)
   unsigned long seed = 1;
   size_t maxBytes = size_t{4} << 20;
+  const weftperf::Collective* only = nullptr;  // -c: one collective; nullptr: all of them
 };
 
 int usage(const char* message) {
   if (message != nullptr) std::fprintf(stderr, "weft-stress: %s\n", message);
   std::fprintf(message != nullptr ? stderr : stdout,
-               "Usage: weft-stress [-i ITERATIONS] [-t SECONDS] [-s SEED] [-m MAXBYTES]\n"
-               "Random verified all-reduces (type, op, count, placement, blocking or host stream).\n"
+               "Usage: weft-stress [-i ITERATIONS] [-t SECONDS] [-s SEED] [-m MAXBYTES] [-c COLLECTIVE]\n"
+               "Random verified collectives (collective, type, op, root, count, placement, blocking\n"
+               "or host stream).\n"
                "  -i N   iterations (default 1000)      -t S  run for S seconds instead\n"
                "  -s N   seed (default 1)               -m SIZE  largest message (default 4M)\n"
+               "  -c C   only this collective (allreduce, broadcast, reduce, allgather, reducescatter,\n"
+               "         alltoall, sendrecv, gather, scatter; default: all of them)\n"
                "Exit status: 0 when every result was right, 1 otherwise, 2 bad command line.\n");
   return message != nullptr ? kExitUsage : kExitOk;
 }
@@ -50,7 +56,7 @@ int usage(const char* message) {
 int parse(int argc, char** argv, Options* o) {
   int c;
   long value = 0;
-  while ((c = getopt(argc, argv, "i:t:s:m:h")) != -1) {
+  while ((c = getopt(argc, argv, "i:t:s:m:c:h")) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
     switch (c) {
       case 'i':
@@ -66,6 +72,10 @@ int parse(int argc, char** argv, Options* o) {
         break;
       case 'm':
         if (!weftperf::parseSize(arg, &o->maxBytes) || o->maxBytes == 0) return usage("-m needs a size >= 1");
+        break;
+      case 'c':
+        o->only = weftperf::findCollective(arg);
+        if (o->only == nullptr) return usage("-c needs a collective name");
         break;
       case 'h':
         return usage(nullptr);
@@ -85,6 +95,7 @@ class Stress {
   Stress(weftComm_t comm, int rank, int nranks, const Options& o)
       : comm_(comm), rank_(rank), nranks_(nranks), o_(o), send_(o.maxBytes + 64), recv_(o.maxBytes + 64 + kGuardBytes) {}
 
+
   bool check(weftResult_t rc, const char* what) {
     if (rc == weftSuccess) return true;
     std::fprintf(stderr, "weft-stress: rank %d: %s: %s: %s\n", rank_, what, weftGetErrorString(rc), weftGetLastError(comm_));
@@ -92,41 +103,53 @@ class Stress {
     return false;
   }
 
-  // One random all-reduce, checked. False when a call failed (the communicator is then unusable).
+  // One random collective, checked. False when a call failed (the communicator is then unusable).
   bool iteration(long i, weftStream_t stream) {
     std::mt19937_64 rng(o_.seed * 1000003u + static_cast<unsigned long>(i));
+    const auto& collectives = weftperf::allCollectives();
+    const weftperf::Collective& coll = o_.only ? *o_.only : collectives[rng() % collectives.size()];
     const auto& types = weftperf::allDataTypes();
     const auto& ops = weftperf::allRedOps();
     const weftperf::DataType& type = types[rng() % types.size()];
     const weftperf::RedOp& op = ops[rng() % ops.size()];
+    const int root = static_cast<int>(rng() % static_cast<unsigned>(nranks_));
     const size_t maxCount = o_.maxBytes / type.size;
     // Log-uniform counts, so small and large messages both come up often; sometimes 0.
     double exponent = std::uniform_real_distribution<double>(0, std::log2(static_cast<double>(maxCount) + 1))(rng);
     size_t count = rng() % 16 == 0 ? 0 : std::min(maxCount, static_cast<size_t>(std::exp2(exponent)));
-    const bool inPlace = rng() % 2 == 0;
+    if (coll.blocked) count -= count % static_cast<size_t>(nranks_);
+    const bool inPlace = rng() % 2 == 0 && coll.id != weftperf::CollectiveId::SendRecv;
     const bool onStream = rng() % 4 == 0;
     const size_t offset = (rng() % 4) * type.size;  // unaligned buffers too
 
-    const size_t bytes = count * type.size;
-    char* send = send_.data() + offset;
-    char* out = inPlace ? send : recv_.data() + offset;
-    weftperf::CheckPattern pattern(type, op.id, nranks_);
-    pattern.fill(send, rank_, count);
-    if (!inPlace) std::memset(out, kPoison, bytes);
-    std::memset(out + bytes, kPoison, kGuardBytes);
+    const weftperf::BufferLayout layout = weftperf::layoutFor(coll, inPlace, count, nranks_, rank_, root);
+    char* arena = recv_.data() + offset;
+    char* send = inPlace ? arena + layout.sendBegin * type.size : send_.data() + offset;
+    char* out = arena + layout.recvBegin * type.size;
+    char* guard = arena + layout.guardBegin * type.size;
+    weftperf::CheckPattern pattern(type, coll.reduces ? op.id : weftMax, nranks_);
+    std::memset(arena, kPoison, layout.guardBegin * type.size + kGuardBytes);
+    pattern.fill(send, rank_, layout.sendElements);
 
     weftStream_t s = onStream ? stream : nullptr;
-    if (!check(weftAllReduce(send, out, count, type.id, op.id, comm_, s), "weftAllReduce")) return false;
+    const weftperf::CallArgs args{coll, send, out, count, type, op.id, root, comm_, rank_, nranks_, inPlace, s};
+    if (!check(weftperf::runCollective(args), coll.name)) return false;
     if (onStream && !check(weftStreamSynchronize(stream), "weftStreamSynchronize")) return false;
 
     totals_.iterations++;
-    totals_.elements += static_cast<int64_t>(count);
-    size_t wrong = pattern.countWrong(out, count);
+    size_t wrong = 0;
+    if (coll.hasResult(rank_, root)) {
+      totals_.elements += static_cast<int64_t>(layout.recvElements);
+      wrong = pattern.countMismatches(out, layout.recvElements, [&](size_t e) {
+        return weftperf::expectedElement(coll, pattern, count, nranks_, rank_, root, e);
+      });
+    }
     totals_.wrong += static_cast<int64_t>(wrong);
-    for (size_t g = 0; g < kGuardBytes; ++g) totals_.outOfBounds += static_cast<unsigned char>(out[bytes + g]) != kPoison;
+    for (size_t g = 0; g < kGuardBytes; ++g) totals_.outOfBounds += static_cast<unsigned char>(guard[g]) != kPoison;
     if (wrong != 0) {
-      std::fprintf(stderr, "weft-stress: rank %d iteration %ld: %zu of %zu wrong (%s %s, %s, %s)\n", rank_, i, wrong,
-                   count, type.name, op.name, inPlace ? "in place" : "out of place", onStream ? "stream" : "blocking");
+      std::fprintf(stderr, "weft-stress: rank %d iteration %ld: %zu of %zu wrong (%s %s %s root %d, %s, %s)\n", rank_, i,
+                   wrong, layout.recvElements, coll.name, type.name, op.name, root, inPlace ? "in place" : "out of place",
+                   onStream ? "stream" : "blocking");
     }
     return true;
   }

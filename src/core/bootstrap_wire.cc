@@ -1,0 +1,61 @@
+#include "core/bootstrap_wire.h"
+
+#include <cstring>
+
+#include "core/bootstrap.h"
+
+namespace weft::core {
+
+std::string rankHelloProblem(const RankHello& h, const Secret& secret) {
+  if (h.magic != kHelloMagic) return "not a Weft hello";
+  if (h.version != kProtocolVersion) return formatString("protocol version %u, expected %u", h.version, kProtocolVersion);
+  if (!transport::constantTimeEqual(h.secret, secret.data(), secret.size())) return "wrong secret (a stale or forged id?)";
+  return "";
+}
+
+std::string rankHelloFieldsProblem(const RankHello& h) {
+  if (h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 || h.rank >= h.nranks) {
+    std::string host(h.hostName, strnlen(h.hostName, sizeof(h.hostName)));
+    return formatString("a rank on %s claimed rank %d of %d", host.c_str(), h.rank, h.nranks);
+  }
+  return "";
+}
+
+Status checkRootReply(const RootReply& reply, int nranks, const std::string& where) {
+  if (reply.magic != kReplyMagic) return Status(weftRemoteError, "the " + where + " sent a malformed reply");
+  if (reply.result != weftSuccess) {
+    std::string message(reply.message, strnlen(reply.message, sizeof(reply.message)));
+    weftResult_t code = reply.result > 0 && reply.result < weftNumResults ? static_cast<weftResult_t>(reply.result)
+                                                                          : weftRemoteError;
+    return Status(code, message);
+  }
+  if (reply.nranks != nranks) {
+    return Status(weftRemoteError, formatString("the %s answered for %d ranks, expected %d", where.c_str(), reply.nranks, nranks));
+  }
+  return Status::ok();
+}
+
+Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> records, const std::string& where) {
+  std::vector<PeerInfo> peers(records.size());
+  for (size_t r = 0; r < records.size(); ++r) {
+    auto address = transport::fromWire(records[r].listen);
+    if (!address.isOk()) return address.status().withContext(where);
+    peers[r].listen = address.value();
+    peers[r].pid = records[r].pid;
+    peers[r].hostHash = records[r].hostHash;
+    peers[r].hostName.assign(records[r].hostName, strnlen(records[r].hostName, sizeof(records[r].hostName)));
+  }
+  return peers;
+}
+
+const char* peerHelloProblem(const PeerHello& hello, const Secret& secret, int myRank, int nranks, int streams) {
+  if (hello.magic != kPeerHelloMagic || hello.version != kProtocolVersion) return "not a Weft peer";
+  if (!transport::constantTimeEqual(hello.secret, secret.data(), secret.size())) return "wrong secret";
+  if (hello.toRank != myRank || hello.fromRank < 0 || hello.fromRank >= myRank || hello.fromRank >= nranks ||
+      hello.streams != streams || hello.stream >= streams) {
+    return "inconsistent ranks or stream counts";
+  }
+  return nullptr;
+}
+
+}  // namespace weft::core

@@ -1,0 +1,79 @@
+// Fuzz target: a shared-memory connection's receive path reading a ring its peer filled with
+// arbitrary slot headers and payloads (a peer that is buggy or hostile can write anything into
+// the shared ring). Input: 8 control bytes (two receive sizes, 16 bits each, the published slot
+// count, a tag byte), then the ring's slots. The receives complete only for well-formed slots,
+// and otherwise fail with an error; nothing is written past a receive buffer.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "transport/shm/shm_connection.h"
+
+using namespace weft;
+using namespace weft::transport;
+
+namespace {
+constexpr uint32_t kSlots = 4;
+constexpr uint32_t kSlotBytes = 256;
+
+struct Ring {
+  Ring() : memory(static_cast<char*>(::operator new(shm::ringBytes(kSlots, kSlotBytes), std::align_val_t(64)))) {
+    std::memset(memory, 0, shm::ringBytes(kSlots, kSlotBytes));
+    control = new (memory) shm::RingControl{};
+  }
+  ~Ring() { ::operator delete(memory, std::align_val_t(64)); }
+  shm::RingView view() { return {control, memory + sizeof(shm::RingControl), kSlots, kSlotBytes}; }
+  char* memory;
+  shm::RingControl* control;
+};
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 8) return 0;
+  uint16_t sizes[2];
+  std::memcpy(sizes, data, 4);
+  const uint32_t published = data[4] % (2 * kSlots + 1);
+  const MessageTag tag = data[5];
+  data += 8;
+  size -= 8;
+
+  Ring in, out;
+  const size_t slotArea = kSlots * shm::slotStride(kSlotBytes);
+  std::memcpy(in.memory + sizeof(shm::RingControl), data, size < slotArea ? size : slotArea);
+  in.control->head.store(published);
+
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds) != 0) return 0;
+  ShmConnectionParams params;
+  params.peerRank = 1;
+  params.peerName = "fuzz";
+  params.peerPid = ::getpid();  // a "remote" slot may point anywhere: process_vm_readv checks it
+  params.control = UniqueFd(fds[0]);
+  UniqueFd peerEnd(fds[1]);
+  params.in = in.view();
+  params.out = out.view();
+  ShmConnection connection(std::move(params));
+
+  constexpr size_t kGuard = 64;
+  std::vector<std::vector<uint8_t>> buffers;
+  for (uint16_t bytes : sizes) {
+    buffers.emplace_back(bytes + kGuard, 0xA5);
+    RequestId id;
+    if (!connection.postRecv(buffers.back().data(), bytes, tag, &id).isOk()) return 0;
+  }
+  for (int round = 0; round < 64 && connection.completedRecvs() < 2; ++round) {
+    bool progressed = false;
+    if (!connection.progress(&progressed).isOk() || !progressed) break;
+  }
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    for (size_t g = 0; g < kGuard; ++g) {
+      if (buffers[b][sizes[b] + g] != 0xA5) __builtin_trap();
+    }
+  }
+  return 0;
+}
