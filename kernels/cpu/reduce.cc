@@ -15,16 +15,27 @@ namespace {
 
 #if defined(__x86_64__) || defined(__i386__)
 #define WEFT_X86 1
+#include <cpuid.h>
 #else
 #define WEFT_X86 0
 #endif
+
+// F16C through CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c"); AVX2's
+// check below already covers the OS saving the YMM registers.
+bool cpuHasF16c() {
+#if WEFT_X86
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  return false;
+#endif
+}
 
 // __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
 bool cpuHasAvx2() {
 #if WEFT_X86
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuHasF16c();
 #else
   return false;
 #endif

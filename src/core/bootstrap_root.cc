@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <ranges>
 #include <thread>
 
 #include "core/bootstrap.h"
@@ -142,7 +141,8 @@ class RootServer {
   // rank 0 must not finish (and perhaps exit, taking this thread along) before the others heard.
   void replyAll() {
     RootReply reply{kReplyMagic, weftSuccess, nranks_, 0, {}};
-    for (auto& fd : std::views::reverse(joined_)) {
+    for (auto it = joined_.rbegin(); it != joined_.rend(); ++it) {
+      UniqueFd& fd = *it;
       Deadline d = Deadline::afterMs(kHelloDeadlineMs);
       Status s = transport::sendAll(fd.get(), &reply, sizeof(reply), d);
       if (s.isOk()) s = transport::sendAll(fd.get(), records_.data(), records_.size() * sizeof(PeerRecord), d);
@@ -172,7 +172,7 @@ class RootServer {
     for (auto& p : pending_) {
       if (p.received == sizeof(RankHello) && validate(p.hello).empty()) tell(p.fd);
     }
-    for (auto& fd : std::views::reverse(joined_)) tell(fd);  // highest rank first, as in replyAll
+    for (auto fd = joined_.rbegin(); fd != joined_.rend(); ++fd) tell(*fd);  // highest rank first, as in replyAll
   }
 
   UniqueFd listenFd_;
