@@ -130,8 +130,12 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
   }
   api::CommState& cs = *state.value();
   Status checked;
-  if (!kernels::isValidDataType(call.type)) {
-    checked = Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, static_cast<int>(call.type)));
+  // The caller may have passed any int as the type: read it as one (loading an out-of-range
+  // enum value is undefined behaviour).
+  int rawType;
+  std::memcpy(&rawType, &call.type, sizeof rawType);
+  if (!kernels::isValidDataType(rawType)) {
+    checked = Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, rawType));
   } else if (stream != nullptr && !api::lookupStream(stream)) {
     checked = Status(weftInvalidArgument,
                      formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate", fn));
