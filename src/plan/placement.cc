@@ -1,0 +1,48 @@
+#include "plan/placement.h"
+
+#include <sched.h>
+
+#include <climits>
+
+namespace weft::plan {
+
+RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, int localRank) {
+  RankPlacement p;
+  p.numaNode = numaNode;
+  p.gpu = gpu >= 0 && gpu < static_cast<int>(host.gpus.size()) ? gpu : -1;
+  p.nicCount = static_cast<int>(host.nics.size());
+  if (host.nics.empty()) return p;
+  if (p.gpu >= 0) {
+    int best = INT_MAX;
+    for (size_t n = 0; n < host.nics.size(); ++n) {
+      int d = topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], host.nics[n]);
+      if (d < best) {
+        best = d;
+        p.preferredNic = static_cast<int>(n);
+      }
+    }
+    return p;
+  }
+  // Host-memory ranks: spread over the NICs on their NUMA node, else over all of them.
+  std::vector<int> local;
+  for (size_t n = 0; n < host.nics.size(); ++n) {
+    if (numaNode >= 0 && host.nics[n].numaNode == numaNode) local.push_back(static_cast<int>(n));
+  }
+  if (!local.empty()) {
+    p.preferredNic = local[static_cast<size_t>(localRank) % local.size()];
+  } else {
+    p.preferredNic = localRank % p.nicCount;
+  }
+  return p;
+}
+
+int currentNumaNode(const topo::HostTopology& host) {
+  cpu_set_t cpus;
+  if (::sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return -1;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &cpus)) return host.numaOfCpu(c);
+  }
+  return -1;
+}
+
+}  // namespace weft::plan

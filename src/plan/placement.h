@@ -1,0 +1,28 @@
+// What the planner needs to know about one rank, gathered from every rank at init (fixed size,
+// carried in the bootstrap's peer table) so that every rank plans from the same facts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "topo/topology.h"
+
+namespace weft::plan {
+
+struct RankPlacement {
+  int host = 0;          // ranks with the same host identity share an index (first appearance order)
+  int numaNode = -1;     // on its host; -1 unknown
+  int gpu = -1;          // index into its host's GPUs; -1 none
+  int preferredNic = -1; // its host's NIC closest to its GPU (or NUMA node); -1 none
+  int nicCount = 0;      // NICs on its host
+};
+
+// This rank's placement on `host`: its NUMA node from the CPUs it may run on, its GPU (-1 for
+// host-memory ranks), and the NIC closest to that GPU by PCI distance, else one on its NUMA
+// node, else localRank's share of the host's NICs. host is filled in by the caller.
+RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, int localRank);
+
+// The NUMA node of the CPUs this process may run on (the first allowed CPU's), or -1.
+int currentNumaNode(const topo::HostTopology& host);
+
+}  // namespace weft::plan

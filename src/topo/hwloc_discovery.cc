@@ -1,0 +1,182 @@
+// HostTopology from hwloc: the live machine or an XML file, I/O devices included.
+#include <hwloc.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "topo/topology.h"
+#include "util/env.h"
+#include "util/log.h"
+
+namespace weft::topo {
+namespace {
+
+struct TopologyDeleter {
+  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+};
+using HwlocTopology = std::unique_ptr<hwloc_topology, TopologyDeleter>;
+
+constexpr unsigned kVendorNvidia = 0x10de, kVendorAmd = 0x1002;
+
+bool isGpu(hwloc_obj_t pci) {
+  const unsigned base = pci->attr->pcidev.class_id >> 8;
+  const unsigned vendor = pci->attr->pcidev.vendor_id;
+  return (base == 0x03 && (vendor == kVendorNvidia || vendor == kVendorAmd)) || base == 0x12;  // display / accelerator
+}
+
+bool isNic(hwloc_obj_t pci) {
+  const unsigned cls = pci->attr->pcidev.class_id;
+  return cls == 0x0200 || cls == 0x0207;  // Ethernet, InfiniBand
+}
+
+std::string busIdOf(hwloc_obj_t pci) {
+  const auto& a = pci->attr->pcidev;
+  return formatString("%04x:%02x:%02x.%01x", a.domain, a.bus, a.dev, a.func);
+}
+
+// The device's OS name: an OpenFabrics device first (mlx5_0), then a network or GPU device.
+std::string osNameOf(hwloc_obj_t pci) {
+  std::string best;
+  int bestRank = 99;
+  for (hwloc_obj_t child = pci->io_first_child; child != nullptr; child = child->next_sibling) {
+    if (child->type != HWLOC_OBJ_OS_DEVICE || child->name == nullptr) continue;
+    int rank = 5;
+    switch (child->attr->osdev.type) {
+      case HWLOC_OBJ_OSDEV_OPENFABRICS: rank = 0; break;
+      case HWLOC_OBJ_OSDEV_COPROC: rank = 1; break;
+      case HWLOC_OBJ_OSDEV_NETWORK: rank = 2; break;
+      case HWLOC_OBJ_OSDEV_GPU: rank = 3; break;
+      default: break;
+    }
+    if (rank < bestRank) {
+      bestRank = rank;
+      best = child->name;
+    }
+  }
+  return best.empty() ? busIdOf(pci) : best;
+}
+
+PciDevice describePci(hwloc_topology_t t, hwloc_obj_t pci, const std::vector<NumaNode>& nodes) {
+  PciDevice d;
+  d.busId = busIdOf(pci);
+  d.vendor = pci->attr->pcidev.vendor_id;
+  d.device = pci->attr->pcidev.device_id;
+  d.pciClass = pci->attr->pcidev.class_id;
+  d.name = osNameOf(pci);
+  for (hwloc_obj_t up = pci->parent; up != nullptr && up->type == HWLOC_OBJ_BRIDGE; up = up->parent) {
+    d.path.insert(d.path.begin(), up->gp_index);
+  }
+  // The closest NUMA node: the first one in the nodeset of the device's non-I/O ancestor.
+  hwloc_obj_t cpuSide = hwloc_get_non_io_ancestor_obj(t, pci);
+  if (cpuSide != nullptr && cpuSide->nodeset != nullptr) {
+    int first = hwloc_bitmap_first(cpuSide->nodeset);
+    for (size_t n = 0; n < nodes.size() && first >= 0; ++n) {
+      if (nodes[n].osIndex == static_cast<unsigned>(first)) d.numaNode = static_cast<int>(n);
+    }
+  }
+  return d;
+}
+
+Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
+  HostTopology h;
+  h.source = std::move(source);
+  h.packages = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PACKAGE));
+  h.cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+  h.pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  for (hwloc_obj_t node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, nullptr); node != nullptr;
+       node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, node)) {
+    NumaNode n;
+    n.osIndex = node->os_index;
+    unsigned cpu;
+    hwloc_bitmap_foreach_begin(cpu, node->cpuset) { n.cpus.push_back(cpu); }
+    hwloc_bitmap_foreach_end();
+    h.numaNodes.push_back(std::move(n));
+  }
+  if (h.numaNodes.empty()) {  // hwloc always reports one; an odd XML might not
+    NumaNode n;
+    for (int p = 0; p < h.pus; ++p) n.cpus.push_back(static_cast<unsigned>(p));
+    h.numaNodes.push_back(std::move(n));
+  }
+  for (hwloc_obj_t pci = hwloc_get_next_pcidev(t, nullptr); pci != nullptr; pci = hwloc_get_next_pcidev(t, pci)) {
+    if (isGpu(pci)) h.gpus.push_back(describePci(t, pci, h.numaNodes));
+    else if (isNic(pci)) h.nics.push_back(describePci(t, pci, h.numaNodes));
+  }
+  auto byBus = [](const PciDevice& a, const PciDevice& b) { return a.busId < b.busId; };
+  std::sort(h.gpus.begin(), h.gpus.end(), byBus);
+  std::sort(h.nics.begin(), h.nics.end(), byBus);
+  if (h.pus <= 0) return Status(weftSystemError, "topology " + h.source + " has no processing units");
+  return h;
+}
+
+Result<HwlocTopology> openTopology(const std::string* xmlPath) {
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) return Status(weftSystemError, "hwloc_topology_init failed: " + errnoString(errno));
+  HwlocTopology t(raw);
+  hwloc_topology_set_io_types_filter(t.get(), HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (xmlPath != nullptr && hwloc_topology_set_xml(t.get(), xmlPath->c_str()) != 0) {
+    return Status(weftInvalidArgument, "cannot read topology file " + *xmlPath + ": " + errnoString(errno) +
+                                           " (expected an hwloc XML file, e.g. from lstopo --of xml)");
+  }
+  if (hwloc_topology_load(t.get()) != 0) {
+    return Status(xmlPath ? weftInvalidArgument : weftSystemError,
+                  (xmlPath ? "cannot load topology file " + *xmlPath : std::string("cannot discover the topology")) +
+                      ": " + errnoString(errno));
+  }
+  return t;
+}
+
+}  // namespace
+
+int pciDistance(const PciDevice& a, const PciDevice& b) {
+  if (a.busId == b.busId) return 0;
+  size_t common = 0;
+  while (common < a.path.size() && common < b.path.size() && a.path[common] == b.path[common]) ++common;
+  const int hops = static_cast<int>(a.path.size() - common + b.path.size() - common);
+  return common == 0 ? kCrossHostBridge + hops : hops;
+}
+
+int HostTopology::numaOfCpu(unsigned cpu) const {
+  for (size_t n = 0; n < numaNodes.size(); ++n) {
+    if (std::find(numaNodes[n].cpus.begin(), numaNodes[n].cpus.end(), cpu) != numaNodes[n].cpus.end()) {
+      return static_cast<int>(n);
+    }
+  }
+  return -1;
+}
+
+Result<HostTopology> loadTopologyXml(const std::string& path) {
+  WEFT_ASSIGN_OR_RETURN(HwlocTopology t, openTopology(&path));
+  return fromHwloc(t.get(), path);
+}
+
+Result<HostTopology> discoverTopology() {
+  auto file = envString("WEFT_TOPO_FILE");
+  WEFT_ASSIGN_OR_RETURN(HwlocTopology t, openTopology(file ? &*file : nullptr));
+  if (auto dump = envString("WEFT_TOPO_DUMP_FILE")) {
+    if (hwloc_topology_export_xml(t.get(), dump->c_str(), 0) != 0) {
+      return Status(weftSystemError, "WEFT_TOPO_DUMP_FILE: cannot write " + *dump + ": " + errnoString(errno));
+    }
+    WEFT_INFO("topology written to %s", dump->c_str());
+  }
+  return fromHwloc(t.get(), file ? *file : "live");
+}
+
+std::string describeTopology(const HostTopology& h) {
+  std::string out = formatString("%s: %d package(s), %zu NUMA node(s), %d core(s), %d PU(s)\n", h.source.c_str(),
+                                 h.packages, h.numaNodes.size(), h.cores, h.pus);
+  for (size_t n = 0; n < h.numaNodes.size(); ++n) {
+    out += formatString("  NUMA %zu (os %u): %zu PU(s)\n", n, h.numaNodes[n].osIndex, h.numaNodes[n].cpus.size());
+  }
+  auto devices = [&](const char* what, const std::vector<PciDevice>& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const PciDevice& d = list[i];
+      out += formatString("  %s %zu: %s %s [%04x:%04x] NUMA %d, %zu bridge(s) deep\n", what, i, d.name.c_str(),
+                          d.busId.c_str(), d.vendor, d.device, d.numaNode, d.path.size());
+    }
+  };
+  devices("GPU", h.gpus);
+  devices("NIC", h.nics);
+  return out;
+}
+
+}  // namespace weft::topo

@@ -1,0 +1,58 @@
+// What one host looks like to Weft: NUMA nodes and their CPUs, GPUs and NICs with where they sit
+// on the PCI tree. Discovered with hwloc (I/O devices included), or loaded from an hwloc XML
+// file (WEFT_TOPO_FILE, like NCCL_TOPO_FILE); WEFT_TOPO_DUMP_FILE writes what was discovered.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace weft::topo {
+
+struct PciDevice {
+  std::string busId;   // "0000:3b:00.0"
+  unsigned vendor = 0;
+  unsigned device = 0;
+  unsigned pciClass = 0;  // e.g. 0x0302 (3D controller), 0x0200 (Ethernet), 0x0207 (InfiniBand)
+  std::string name;       // its OS device ("eth0", "mlx5_0", "cuda0"), or the bus id
+  int numaNode = -1;      // index into HostTopology::numaNodes of the closest node; -1 unknown
+  // The bridges from the host bridge down to the device, as hwloc object ids: two devices
+  // under the same switch share a longer prefix.
+  std::vector<unsigned long long> path;
+};
+
+// PCI links between two devices: up from one to their lowest common bridge and down to the
+// other. Devices under different host bridges (on one NUMA node or across the CPU interconnect)
+// get kCrossHostBridge plus their two paths.
+constexpr int kCrossHostBridge = 100;
+int pciDistance(const PciDevice& a, const PciDevice& b);
+
+struct NumaNode {
+  unsigned osIndex = 0;
+  std::vector<unsigned> cpus;  // PU OS indexes
+};
+
+struct HostTopology {
+  std::string source;  // "live" or the XML file
+  int packages = 0;
+  int cores = 0;
+  int pus = 0;
+  std::vector<NumaNode> numaNodes;
+  std::vector<PciDevice> gpus;
+  std::vector<PciDevice> nics;
+
+  // The NUMA node holding `cpu` (an OS index), or -1.
+  int numaOfCpu(unsigned cpu) const;
+};
+
+// The live machine, or the file named by WEFT_TOPO_FILE; writes WEFT_TOPO_DUMP_FILE if set.
+Result<HostTopology> discoverTopology();
+// An hwloc XML file (as written by lstopo --of xml, hwloc_topology_export_xml or
+// WEFT_TOPO_DUMP_FILE).
+Result<HostTopology> loadTopologyXml(const std::string& path);
+
+// A few lines for humans (weft-topo, WEFT_DEBUG=INFO).
+std::string describeTopology(const HostTopology& topology);
+
+}  // namespace weft::topo

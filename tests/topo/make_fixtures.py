@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Writes the hwloc XML fixtures under tests/topo/ (hwloc 2.x format, as lstopo --of xml writes):
+
+  laptop.xml        1 package, 1 NUMA node, 4 cores x 2 PUs, one Ethernet NIC, no GPU
+  server-2s.xml     2 packages, a NUMA node each, 16 cores each, an Ethernet NIC per socket
+  gpu8-nic4.xml     2 packages; under each, 2 PCIe switches; under each switch 2 GPUs (NVIDIA
+                    3D controllers, cudaN) and 1 InfiniBand NIC (mlx5_N): 8 GPUs, 4 NICs
+  no-nic.xml        1 package, 8 cores, a disk and nothing else on PCI
+
+Run it again after changing it; the files are checked in."""
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def bitmap(bits):
+    """hwloc's bitmap syntax: 32-bit words, most significant first, comma-separated."""
+    value = 0
+    for b in bits:
+        value |= 1 << b
+    words = []
+    while True:
+        words.append(value & 0xFFFFFFFF)
+        value >>= 32
+        if not value:
+            break
+    return ",".join(f"0x{w:08x}" for w in reversed(words))
+
+
+class Writer:
+    def __init__(self):
+        self.lines = []
+        self.gp = 0
+        self.depth = 0
+
+    def open(self, attrs):
+        self.gp += 1
+        text = " ".join(f'{k}="{v}"' for k, v in attrs)
+        self.lines.append("  " * self.depth + f'<object {text} gp_index="{self.gp}">')
+        self.depth += 1
+
+    def close(self):
+        self.depth -= 1
+        self.lines.append("  " * self.depth + "</object>")
+
+    def leaf(self, attrs):
+        self.gp += 1
+        text = " ".join(f'{k}="{v}"' for k, v in attrs)
+        self.lines.append("  " * self.depth + f'<object {text} gp_index="{self.gp}"/>')
+
+
+def sets(cpus, nodes):
+    c, n = bitmap(cpus), bitmap(nodes)
+    return [("cpuset", c), ("complete_cpuset", c), ("nodeset", n), ("complete_nodeset", n)]
+
+
+def pci(busid, cls, vendor, device):
+    return [("pci_busid", busid), ("pci_type", f"{cls:04x} [{vendor:04x}:{device:04x}] [{vendor:04x}:0000] 01"),
+            ("pci_link_speed", "15.753846")]
+
+
+def host_bridge(w, domain_bus_range):
+    w.open([("type", "Bridge"), ("bridge_type", "0-1"), ("depth", "0"), ("bridge_pci", domain_bus_range)])
+
+
+def switch(w, busid, secondary_range, depth):
+    w.open([("type", "Bridge"), ("bridge_type", "1-1"), ("depth", str(depth)), ("bridge_pci", secondary_range)]
+           + pci(busid, 0x0604, 0x10B5, 0x8747))
+
+
+def pci_device(w, busid, cls, vendor, device, osdevs):
+    w.open([("type", "PCIDev")] + pci(busid, cls, vendor, device))
+    for name, kind in osdevs:
+        w.leaf([("type", "OSDev"), ("name", name), ("osdev_type", str(kind))])
+    w.close()
+
+
+GPU, NETWORK, OPENFABRICS, COPROC, BLOCK = 1, 2, 3, 5, 0
+
+
+def machine(name, packages, cores_per_package, pus_per_core, io):
+    """io(w, package_index) writes the PCI trees attached to that package."""
+    w = Writer()
+    total = packages * cores_per_package * pus_per_core
+    w.open([("type", "Machine"), ("os_index", "0")] + sets(range(total), range(packages))
+           + [("allowed_cpuset", bitmap(range(total))), ("allowed_nodeset", bitmap(range(packages)))])
+    w.lines.append("  " * w.depth + f'<info name="HostName" value="{name}"/>')
+    pu = 0
+    for p in range(packages):
+        first = p * cores_per_package * pus_per_core
+        cpus = range(first, first + cores_per_package * pus_per_core)
+        w.open([("type", "Package"), ("os_index", str(p))] + sets(cpus, [p]))
+        w.leaf([("type", "NUMANode"), ("os_index", str(p))] + sets(cpus, [p]) + [("local_memory", str(64 << 30))])
+        for c in range(cores_per_package):
+            core_cpus = range(pu, pu + pus_per_core)
+            w.open([("type", "Core"), ("os_index", str(p * cores_per_package + c))] + sets(core_cpus, [p]))
+            for t in range(pus_per_core):
+                w.leaf([("type", "PU"), ("os_index", str(pu))] + sets([pu], [p]))
+                pu += 1
+            w.close()
+        io(w, p)
+        w.close()
+    w.close()
+    header = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE topology SYSTEM "hwloc2.dtd">',
+              '<topology version="2.0">']
+    return "\n".join(header + w.lines + ["</topology>", ""])
+
+
+def laptop_io(w, p):
+    host_bridge(w, "0000:[00-02]")
+    pci_device(w, "0000:00:1f.6", 0x0200, 0x8086, 0x15FB, [("eth0", NETWORK)])
+    pci_device(w, "0000:01:00.0", 0x0108, 0x144D, 0xA808, [("nvme0n1", BLOCK)])
+    w.close()
+
+
+def server_io(w, p):
+    bus = 0x10 + p * 0x40
+    host_bridge(w, f"0000:[{bus:02x}-{bus + 0x3f:02x}]")
+    pci_device(w, f"0000:{bus + 1:02x}:00.0", 0x0200, 0x8086, 0x1593, [(f"ens{p + 1}f0", NETWORK)])
+    w.close()
+
+
+def gpu_io(w, p):
+    base = 0x10 + p * 0x80
+    host_bridge(w, f"0000:[{base:02x}-{base + 0x7f:02x}]")
+    for s in range(2):  # two switches per socket
+        k = p * 2 + s  # switch index 0..3: NIC k, GPUs 2k and 2k+1
+        sbus = base + 1 + s * 0x20
+        switch(w, f"0000:{base:02x}:{0x01 + s:02x}.0", f"0000:[{sbus:02x}-{sbus + 0x1f:02x}]", 1)
+        for g in range(2):
+            gpu = 2 * k + g
+            gbus = sbus + 1 + g
+            switch(w, f"0000:{sbus:02x}:{g:02x}.0", f"0000:[{gbus:02x}-{gbus:02x}]", 2)
+            pci_device(w, f"0000:{gbus:02x}:00.0", 0x0302, 0x10DE, 0x20B0, [(f"cuda{gpu}", COPROC), (f"nvml{gpu}", GPU)])
+            w.close()
+        nbus = sbus + 3
+        switch(w, f"0000:{sbus:02x}:02.0", f"0000:[{nbus:02x}-{nbus:02x}]", 2)
+        pci_device(w, f"0000:{nbus:02x}:00.0", 0x0207, 0x15B3, 0x101B, [(f"mlx5_{k}", OPENFABRICS), (f"ib{k}", NETWORK)])
+        w.close()
+        w.close()
+    w.close()
+
+
+def no_nic_io(w, p):
+    host_bridge(w, "0000:[00-01]")
+    pci_device(w, "0000:00:02.0", 0x0180, 0x1AF4, 0x1042, [("vda", BLOCK)])
+    w.close()
+
+
+def main():
+    fixtures = {
+        "laptop.xml": machine("laptop", 1, 4, 2, laptop_io),
+        "server-2s.xml": machine("server", 2, 16, 1, server_io),
+        "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io),
+        "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
+    }
+    for name, text in fixtures.items():
+        with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
