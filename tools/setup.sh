@@ -31,8 +31,10 @@ done
 #   openmpi-bin libopenmpi-dev        weft-perf under mpirun (tests), Open MPI as bench/compare's peer
 #   python3                           bench/compare's table
 #   iproute2 procps                   multi-host tests (network namespaces), process checks
+#   libhwloc-dev                      topology discovery (src/topo)
+#   clang libclang-rt-14-dev          libFuzzer builds of tests/fuzz (tools/fuzz.sh, .ci/run)
 packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev python3
-  iproute2 procps)
+  iproute2 procps libhwloc-dev clang libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -46,7 +46,10 @@ weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id
     auto made = core::Communicator::create(id, nranks, rank, config, &state->abortFlag);
     if (!state->removeWhenReady.empty()) ::unlink(state->removeWhenReady.c_str());
     Status status = made.isOk() ? Status::ok() : made.status().withContext(formatString("rank %d of %d: init", rank, nranks));
-    if (made.isOk()) state->communicator = made.take();
+    if (made.isOk()) {
+      state->communicator = made.take();
+      state->engine.setCpus(state->communicator->progressCpus());
+    }
     if (!status.isOk()) api::reportError(status, state.get());
     state->asyncResult.store(status.code(), std::memory_order_release);
     return status;

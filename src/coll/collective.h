@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 namespace weft::coll {
 
@@ -40,6 +41,22 @@ struct CollectiveShape {
   bool inPlace = false;  // the send buffer is (a block of) the receive buffer; see weft.h
   bool average = false;  // append the divide-by-nranks steps (weftAvg)
   bool recvReduce = false;  // every connection reduces on receipt (straight out of its staging)
+  // The ring order of the ranks (the planner's); null or empty: rank order. Not part of the key:
+  // it is fixed for a communicator, and so is its schedule cache.
+  const std::vector<int>* ring = nullptr;
+
+  // Position of `rank` in the ring, and the rank at a position (both modulo nranks).
+  int ringPosition(int r) const {
+    if (ring == nullptr || ring->empty()) return r;
+    for (int p = 0; p < nranks; ++p) {
+      if ((*ring)[static_cast<size_t>(p)] == r) return p;
+    }
+    return r;
+  }
+  int ringRank(int position) const {
+    const int p = ((position % nranks) + nranks) % nranks;
+    return ring == nullptr || ring->empty() ? p : (*ring)[static_cast<size_t>(p)];
+  }
 
   size_t bytes() const { return count * elementSize; }
   auto key() const {

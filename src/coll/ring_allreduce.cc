@@ -6,7 +6,8 @@ namespace weft::coll {
 
 Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
   const int n = shape.nranks;
-  const int r = shape.rank;
+  // Blocks follow ring positions: position p reduces block p+1 and sends to position p+1.
+  const int r = shape.ringPosition(shape.rank);
   const size_t esize = shape.elementSize;
   ScheduleBuilder b(shape.inPlace);
   if (n == 1) {
@@ -17,8 +18,8 @@ Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& 
   }
   const size_t chunkElements = chunkElementsFor(pipeline.chunkBytes, esize);
   const BlockLayout layout = BlockLayout::balanced(shape.count, n, chunkElements);
-  const int next = (r + 1) % n;
-  const int prev = (r + n - 1) % n;
+  const int next = shape.ringRank(r + 1);
+  const int prev = shape.ringRank(r - 1);
   auto block = [n](int x) { return ((x % n) + n) % n; };
   auto at = [&](BufferId buffer, int blk, size_t chunk) {
     return Region{buffer, layout.chunkBegin(blk, chunk) * esize};

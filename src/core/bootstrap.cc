@@ -29,7 +29,7 @@ uint64_t localHostHash() {
 }
 
 Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
-                                  const std::atomic<bool>* abortFlag) {
+                                  const plan::RankPlacement& placement, const std::atomic<bool>* abortFlag) {
   Deadline deadline = Deadline::afterMs(timeoutMs);
   Rendezvous out;
 
@@ -48,6 +48,8 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   hello.hostHash = localHostHash();
   hello.listen = transport::toWire(bound);
   std::snprintf(hello.hostName, sizeof(hello.hostName), "%s", localHostName().c_str());
+  hello.placement = {static_cast<int16_t>(placement.numaNode), static_cast<int16_t>(placement.gpu),
+                     static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount)};
 
   const std::string where = "bootstrap root " + id.root.toString();
   auto connected = transport::connectTo(id.root, deadline, abortFlag);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/unique_id.h"
+#include "plan/placement.h"
 #include "transport/socket/socket_util.h"
 
 namespace weft::core {
@@ -17,6 +18,7 @@ struct PeerInfo {
   std::string hostName;
   uint64_t hostHash = 0;  // equal on ranks that share a host (same boot id and hostname)
   uint32_t pid = 0;
+  plan::RankPlacement placement;  // .host is not on the wire: the planner derives it from hostHash
 };
 
 struct Rendezvous {
@@ -29,9 +31,9 @@ struct Rendezvous {
 Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret,
                           int lifetimeMs, transport::SocketAddress* bound);
 
-// Joins the rendezvous of `id` as `rank` of `nranks`.
+// Joins the rendezvous of `id` as `rank` of `nranks`, telling the others where it sits.
 Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
-                                  const std::atomic<bool>* abortFlag);
+                                  const plan::RankPlacement& placement, const std::atomic<bool>* abortFlag);
 
 // This host's identity: hostname and kernel boot id, hashed.
 uint64_t localHostHash();

@@ -132,6 +132,7 @@ class RootServer {
     rec.hostHash = h.hostHash;
     std::memcpy(rec.hostName, h.hostName, sizeof(rec.hostName));
     rec.hostName[sizeof(rec.hostName) - 1] = '\0';
+    rec.placement = h.placement;
     slot = std::move(p.fd);
     ++joinedCount_;
     return true;

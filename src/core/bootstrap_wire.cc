@@ -44,6 +44,13 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     peers[r].pid = records[r].pid;
     peers[r].hostHash = records[r].hostHash;
     peers[r].hostName.assign(records[r].hostName, strnlen(records[r].hostName, sizeof(records[r].hostName)));
+    // Out-of-range values mean "unknown": the planner only ever compares them.
+    const WirePlacement& w = records[r].placement;
+    auto clamp = [](int16_t v) { return v < -1 ? -1 : static_cast<int>(v); };
+    peers[r].placement.numaNode = clamp(w.numaNode);
+    peers[r].placement.gpu = clamp(w.gpu);
+    peers[r].placement.preferredNic = w.preferredNic >= 0 && w.preferredNic < w.nicCount ? w.preferredNic : -1;
+    peers[r].placement.nicCount = w.nicCount > 0 ? w.nicCount : 0;
   }
   return peers;
 }

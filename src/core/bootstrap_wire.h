@@ -16,9 +16,17 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
+
+// Where a rank sits on its host, for the planner (plan/placement.h); -1 where unknown or none.
+struct WirePlacement {
+  int16_t numaNode;
+  int16_t gpu;
+  int16_t preferredNic;
+  int16_t nicCount;
+};
 
 // A rank introduces itself to the root.
 struct RankHello {
@@ -33,6 +41,7 @@ struct RankHello {
   uint64_t hostHash;
   transport::WireAddress listen;
   char hostName[kHostNameBytes];
+  WirePlacement placement;
 };
 
 // What every rank learns about every other.
@@ -42,6 +51,7 @@ struct PeerRecord {
   uint32_t reserved;
   uint64_t hostHash;
   char hostName[kHostNameBytes];
+  WirePlacement placement;
 };
 
 // The root's answer: on success followed by nranks PeerRecords.

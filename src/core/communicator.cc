@@ -3,10 +3,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/bootstrap.h"
 #include "coll/schedule_merge.h"
+#include "plan/planner.h"
+#include "topo/topology.h"
 #include "kernels/cpu/reduce.h"
 #include "util/env.h"
 #include "util/log.h"
@@ -49,13 +52,54 @@ Communicator::Communicator(PeerMesh mesh, const CommConfig& config, coll::Tuning
       abortFlag_(abortFlag),
       spinTime_(chooseSpinTime(config_, mesh_)) {}
 
+namespace {
+
+// The rank's index among the ranks of its host, from the launcher, for spreading host-memory
+// ranks over NICs; the global rank when no launcher says.
+int localRankHint(int rank) {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (auto value = envString(name)) {
+      char* end = nullptr;
+      long v = std::strtol(value->c_str(), &end, 10);
+      if (end != value->c_str() && *end == '\0' && v >= 0 && v < (1 << 20)) return static_cast<int>(v);
+    }
+  }
+  return rank;
+}
+
+// Every rank's placement with host indexes in order of first appearance.
+std::vector<plan::RankPlacement> placementsOf(const std::vector<PeerInfo>& peers) {
+  std::vector<uint64_t> hosts;
+  std::vector<plan::RankPlacement> out;
+  for (const PeerInfo& p : peers) {
+    auto it = std::find(hosts.begin(), hosts.end(), p.hostHash);
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), p.hostHash);
+    plan::RankPlacement placement = p.placement;
+    placement.host = static_cast<int>(it - hosts.begin());
+    out.push_back(placement);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContents& id, int nranks, int rank,
                                                            const CommConfig& config,
                                                            const std::atomic<bool>* abortFlag) {
   WEFT_ASSIGN_OR_RETURN(coll::TuningConfig tuning, coll::loadTuningConfig());
-  WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous, joinRendezvous(id, rank, nranks, config.timeoutMs, abortFlag));
-  PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm, abortFlag);
-  return std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
+  WEFT_ASSIGN_OR_RETURN(auto host, topo::processTopology());
+  const int numa = plan::currentNumaNode(*host);
+  const plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
+  WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous, joinRendezvous(id, rank, nranks, config.timeoutMs, mine, abortFlag));
+  const std::vector<plan::RankPlacement> placements = placementsOf(rendezvous.peers);
+  plan::Plan plan = plan::makePlan(placements);
+  if (rank == 0) WEFT_INFO("plan: %s", plan::describePlan(plan, placements).c_str());
+  PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm,
+                plan.transport[static_cast<size_t>(rank)], abortFlag);
+  auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
+  communicator->ring_ = plan.channels.front().ring;
+  if (numa >= 0) communicator->progressCpus_ = host->numaNodes[static_cast<size_t>(numa)].cpus;
+  return communicator;
 }
 
 void* Communicator::scratch(size_t bytes) {
@@ -163,6 +207,7 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
   shape.root = call.root;
   shape.average = call.op == weftAvg;
   shape.recvReduce = recvReduceEverywhere_;
+  shape.ring = &ring_;
   const char* send = static_cast<const char*>(call.send);
   const char* recv = static_cast<const char*>(call.recv);
   const size_t myBlock = static_cast<size_t>(rank()) * shape.bytes();

@@ -35,6 +35,8 @@ class Communicator {
   int timeoutMs() const { return config_.timeoutMs; }
 
   const CommConfig& config() const { return config_; }
+  // The CPUs of this rank's NUMA node, where its progress thread belongs (empty: unknown).
+  const std::vector<unsigned>& progressCpus() const { return progressCpus_; }
 
   // Runs one call, or a group's calls together (see coll/schedule_merge.h); returns when all
   // are done. Sends to and receives from this rank itself pair up within the calls.
@@ -55,6 +57,8 @@ class Communicator {
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt (known after connectAll)
+  std::vector<int> ring_;               // the planner's first channel: ring algorithms' rank order
+  std::vector<unsigned> progressCpus_;
   std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
   std::unique_ptr<char, FreeDeleter> scratch_;

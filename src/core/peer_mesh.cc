@@ -16,13 +16,15 @@ constexpr int kHelloDeadlineMs = 5000;  // an accepted connection must introduce
 }
 
 PeerMesh::PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
-                   const transport::ShmOptions& shm, const std::atomic<bool>* abortFlag)
+                   const transport::ShmOptions& shm, std::vector<plan::Transport> transports,
+                   const std::atomic<bool>* abortFlag)
     : rank_(rank),
       peers_(std::move(rendezvous.peers)),
       listenFd_(std::move(rendezvous.listenFd)),
       secret_(secret),
       streamsPerPeer_(streamsPerPeer),
       shm_(shm),
+      transports_(std::move(transports)),
       abortFlag_(abortFlag),
       connections_(peers_.size()) {}
 
@@ -100,7 +102,7 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
 Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& deadline) {
   const PeerInfo& info = this->peer(peer);
   auto& slot = connections_[static_cast<size_t>(peer)];
-  const bool sameHost = info.hostHash == this->peer(rank_).hostHash;
+  const bool sameHost = transports_[static_cast<size_t>(peer)] == plan::Transport::Shm;
   if (sameHost) {
     // Both sides get here for a pair on one host, so both take part in the setup (a side with
     // shared memory disabled declines in it).

@@ -10,6 +10,7 @@
 
 #include "coll/executor.h"
 #include "core/bootstrap.h"
+#include "plan/planner.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/transport.h"
 
@@ -17,8 +18,11 @@ namespace weft::core {
 
 class PeerMesh final : public coll::ConnectionProvider {
  public:
+  // transports: the planner's choice for each peer (shared memory is still negotiated: either
+  // side may decline, and then the pair stays on sockets).
   PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
-           const transport::ShmOptions& shm, const std::atomic<bool>* abortFlag);
+           const transport::ShmOptions& shm, std::vector<plan::Transport> transports,
+           const std::atomic<bool>* abortFlag);
 
   // The connection to `peer`, set up on first use (both ranks of the pair must ask for it).
   Result<transport::Connection*> connection(int peer, const Deadline& deadline) override;
@@ -47,6 +51,7 @@ class PeerMesh final : public coll::ConnectionProvider {
   Secret secret_;
   int streamsPerPeer_;
   transport::ShmOptions shm_;
+  std::vector<plan::Transport> transports_;
   const std::atomic<bool>* abortFlag_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
   std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order

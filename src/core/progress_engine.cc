@@ -1,5 +1,8 @@
 #include "core/progress_engine.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <future>
 #include <system_error>
 
@@ -39,6 +42,11 @@ Status ProgressEngine::enqueue(Task task) {
   return Status::ok();
 }
 
+void ProgressEngine::setCpus(std::vector<unsigned> cpus) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cpus_ = std::move(cpus);
+}
+
 Status ProgressEngine::ensureWorker() {
   if (stopping_) return Status(weftInvalidUsage, "the communicator is being destroyed");
   if (worker_.joinable()) return Status::ok();
@@ -46,6 +54,15 @@ Status ProgressEngine::ensureWorker() {
     worker_ = std::thread([this] { workerLoop(); });
   } catch (const std::system_error& e) {
     return Status(weftSystemError, std::string("cannot start the progress thread: ") + e.what());
+  }
+  cpu_set_t allowed, wanted;
+  CPU_ZERO(&wanted);
+  if (!cpus_.empty() && ::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (unsigned c : cpus_) {
+      if (c < CPU_SETSIZE && CPU_ISSET(c, &allowed)) CPU_SET(c, &wanted);
+    }
+    // Best effort: a refusal leaves the thread where the OS put it.
+    if (CPU_COUNT(&wanted) > 0) (void)::pthread_setaffinity_np(worker_.native_handle(), sizeof(wanted), &wanted);
   }
   return Status::ok();
 }

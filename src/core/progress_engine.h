@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "util/status.h"
 
@@ -34,6 +35,10 @@ class ProgressEngine {
   // Lets every queued task run (each is bounded by its own deadline), then stops the worker.
   void shutdown();
 
+  // The CPUs the worker thread runs on (the rank's NUMA node; empty: wherever the OS likes).
+  // Applies to a worker started later; CPUs this process may not use are left out.
+  void setCpus(std::vector<unsigned> cpus);
+
  private:
   void workerLoop();
   Status ensureWorker();  // with mutex_ held
@@ -44,6 +49,7 @@ class ProgressEngine {
   bool busy_ = false;  // a task is running (on the worker or a blocking caller)
   bool stopping_ = false;
   std::thread worker_;
+  std::vector<unsigned> cpus_;
 };
 
 }  // namespace weft::core

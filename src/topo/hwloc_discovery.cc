@@ -2,7 +2,9 @@
 #include <hwloc.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "topo/topology.h"
 #include "util/env.h"
@@ -159,6 +161,20 @@ Result<HostTopology> discoverTopology() {
     WEFT_INFO("topology written to %s", dump->c_str());
   }
   return fromHwloc(t.get(), file ? *file : "live");
+}
+
+Result<std::shared_ptr<const HostTopology>> processTopology() {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const HostTopology>> cache;
+  const std::string key = envString("WEFT_TOPO_FILE").value_or("");
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  WEFT_ASSIGN_OR_RETURN(HostTopology topology, discoverTopology());
+  WEFT_INFO("%s", describeTopology(topology).c_str());
+  auto shared = std::make_shared<const HostTopology>(std::move(topology));
+  cache.emplace(key, shared);
+  return shared;
 }
 
 std::string describeTopology(const HostTopology& h) {

@@ -3,6 +3,7 @@
 // file (WEFT_TOPO_FILE, like NCCL_TOPO_FILE); WEFT_TOPO_DUMP_FILE writes what was discovered.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct HostTopology {
 
 // The live machine, or the file named by WEFT_TOPO_FILE; writes WEFT_TOPO_DUMP_FILE if set.
 Result<HostTopology> discoverTopology();
+// discoverTopology() once per process (per WEFT_TOPO_FILE value): communicators share it.
+Result<std::shared_ptr<const HostTopology>> processTopology();
+
 // An hwloc XML file (as written by lstopo --of xml, hwloc_topology_export_xml or
 // WEFT_TOPO_DUMP_FILE).
 Result<HostTopology> loadTopologyXml(const std::string& path);

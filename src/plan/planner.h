@@ -1,0 +1,58 @@
+// The planner: from every rank's placement (placement.h), the rings (one per channel), the
+// double binary trees, each rank's NIC per channel and the transport of every pair. A pure
+// function of its inputs, so every rank computes the same plan.
+//
+// Rings keep each host's ranks contiguous, so a ring crosses between hosts exactly once per
+// host; within a host ranks go by NUMA node, then GPU (PCI order), then rank. With several
+// hosts there is one channel per NIC (the fewest any host has), and in channel c each host's
+// segment is rotated to leave and enter the host through the ranks closest to NIC c. Trees are
+// NCCL's double binary trees over the hosts (each host interior in at most one of the two),
+// with a chain through the ranks of each host below its first rank.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "plan/placement.h"
+
+namespace weft::plan {
+
+enum class Transport : uint8_t { Self, Shm, Socket };
+const char* transportName(Transport transport);
+
+// What WEFT_TRANSPORT asks for: the planner's choice, sockets everywhere, or shared memory
+// between ranks of one host.
+enum class TransportPolicy : uint8_t { Auto, Socket, Shm };
+
+struct Tree {
+  int root = -1;
+  std::vector<int> parent;                 // by rank; -1 at the root
+  std::vector<std::vector<int>> children;  // by rank
+};
+
+struct Channel {
+  std::vector<int> ring;  // every rank once, in ring order
+  std::vector<int> nic;   // by rank: the NIC of its host this channel uses (-1: none)
+};
+
+struct Plan {
+  int hosts = 0;
+  std::vector<Channel> channels;
+  std::array<Tree, 2> trees;
+  std::vector<std::vector<Transport>> transport;  // [rank][rank]
+};
+
+Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy = TransportPolicy::Auto);
+
+// The binary tree NCCL uses over n nodes (parent and up to two children of each; odd nodes are
+// leaves), and a pair of such trees in which every node is interior in at most one.
+Tree binaryTree(int n);
+std::array<Tree, 2> doubleBinaryTree(int n);
+
+// Human-readable: rings with host boundaries, trees, NICs and transports (weft-topo, INFO logs).
+std::string describePlan(const Plan& plan, const std::vector<RankPlacement>& ranks);
+// Graphviz: a cluster per host, ring edges per channel, tree edges dashed.
+std::string planToDot(const Plan& plan, const std::vector<RankPlacement>& ranks);
+
+}  // namespace weft::plan

@@ -1,0 +1,232 @@
+// Topology discovery (hwloc) on the fixtures in tests/topo/ and on this machine, and the
+// planner's properties for every fixture and layout: every rank once per ring, one crossing per
+// host per ring, each GPU's NIC the nearest, valid double binary trees with disjoint interiors,
+// the same plan from every rank's point of view.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "plan/planner.h"
+#include "topo/topology.h"
+
+using namespace weft;
+
+namespace {
+
+std::string fixture(const char* name) { return std::string(WEFT_TOPO_FIXTURES) + "/" + name; }
+
+topo::HostTopology load(const char* name) {
+  auto t = topo::loadTopologyXml(fixture(name));
+  INFO((t.isOk() ? std::string() : t.status().message()));
+  REQUIRE(t.isOk());
+  return t.value();
+}
+
+// hosts x ranksPerHost ranks, every host like `host`; local rank l gets GPU l when the host has
+// that many, and a NUMA node spread evenly.
+std::vector<plan::RankPlacement> layout(const topo::HostTopology& host, int hosts, int ranksPerHost) {
+  std::vector<plan::RankPlacement> ranks;
+  const int numa = static_cast<int>(host.numaNodes.size());
+  for (int h = 0; h < hosts; ++h) {
+    for (int l = 0; l < ranksPerHost; ++l) {
+      const int gpu = l < static_cast<int>(host.gpus.size()) ? l : -1;
+      const int node = gpu >= 0 ? host.gpus[static_cast<size_t>(gpu)].numaNode : l * numa / ranksPerHost;
+      plan::RankPlacement p = plan::placeRank(host, node, gpu, l);
+      p.host = h;
+      ranks.push_back(p);
+    }
+  }
+  return ranks;
+}
+
+int depthOf(const plan::Tree& t, int node) {
+  int d = 0;
+  for (int r = node; t.parent[static_cast<size_t>(r)] >= 0; r = t.parent[static_cast<size_t>(r)]) {
+    if (++d > static_cast<int>(t.parent.size())) return INT_MAX;  // a cycle
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
+  auto laptop = load("laptop.xml");
+  CHECK(laptop.packages == 1);
+  CHECK(laptop.numaNodes.size() == 1);
+  CHECK(laptop.pus == 8);
+  CHECK(laptop.gpus.empty());
+  REQUIRE(laptop.nics.size() == 1);
+  CHECK(laptop.nics[0].name == "eth0");
+
+  auto server = load("server-2s.xml");
+  CHECK(server.packages == 2);
+  REQUIRE(server.numaNodes.size() == 2);
+  REQUIRE(server.nics.size() == 2);
+  CHECK(server.nics[0].numaNode == 0);
+  CHECK(server.nics[1].numaNode == 1);
+  CHECK(server.numaOfCpu(20) == 1);
+
+  auto gpu = load("gpu8-nic4.xml");
+  REQUIRE(gpu.gpus.size() == 8);
+  REQUIRE(gpu.nics.size() == 4);
+  for (size_t g = 0; g < 8; ++g) {
+    CHECK(gpu.gpus[g].name == "cuda" + std::to_string(g));
+    CHECK(gpu.gpus[g].numaNode == static_cast<int>(g / 4));
+  }
+  CHECK(gpu.nics[2].name == "mlx5_2");
+  // Same switch: up one port, down another. Same socket, other switch: two more. Across sockets:
+  // no common bridge.
+  CHECK(topo::pciDistance(gpu.gpus[0], gpu.nics[0]) == 2);
+  CHECK(topo::pciDistance(gpu.gpus[0], gpu.nics[1]) == 4);
+  CHECK(topo::pciDistance(gpu.gpus[0], gpu.nics[3]) >= topo::kCrossHostBridge);
+  CHECK(topo::pciDistance(gpu.gpus[5], gpu.gpus[5]) == 0);
+
+  auto quiet = load("no-nic.xml");
+  CHECK(quiet.nics.empty());
+  CHECK(quiet.gpus.empty());
+}
+
+TEST_CASE("topology: missing and malformed files are clear errors", "[topology]") {
+  auto missing = topo::loadTopologyXml("/nonexistent/topo.xml");
+  REQUIRE_FALSE(missing.isOk());
+  CHECK(missing.status().code() == weftInvalidArgument);
+  CHECK(missing.status().message().find("/nonexistent/topo.xml") != std::string::npos);
+
+  char path[] = "/tmp/weft-topo-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  const char junk[] = "<topology><object type=";
+  REQUIRE(write(fd, junk, sizeof(junk) - 1) == static_cast<ssize_t>(sizeof(junk) - 1));
+  close(fd);
+  auto malformed = topo::loadTopologyXml(path);
+  unlink(path);
+  REQUIRE_FALSE(malformed.isOk());
+  CHECK(malformed.status().code() == weftInvalidArgument);
+}
+
+TEST_CASE("topology: live discovery round-trips through WEFT_TOPO_DUMP_FILE and WEFT_TOPO_FILE", "[topology]") {
+  char path[] = "/tmp/weft-topo-dump-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  setenv("WEFT_TOPO_DUMP_FILE", path, 1);
+  auto live = topo::discoverTopology();
+  unsetenv("WEFT_TOPO_DUMP_FILE");
+  INFO((live.isOk() ? topo::describeTopology(live.value()) : live.status().message()));
+  REQUIRE(live.isOk());
+  CHECK(live.value().pus >= 1);
+  CHECK(live.value().pus == static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  setenv("WEFT_TOPO_FILE", path, 1);
+  auto again = topo::discoverTopology();
+  unsetenv("WEFT_TOPO_FILE");
+  unlink(path);
+  REQUIRE(again.isOk());
+  CHECK(again.value().pus == live.value().pus);
+  CHECK(again.value().numaNodes.size() == live.value().numaNodes.size());
+  CHECK(again.value().nics.size() == live.value().nics.size());
+  CHECK(again.value().gpus.size() == live.value().gpus.size());
+}
+
+TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {
+  for (const char* name : {"laptop.xml", "server-2s.xml", "gpu8-nic4.xml", "no-nic.xml"}) {
+    const auto host = load(name);
+    for (int hosts : {1, 2, 3, 4, 5, 8}) {
+      for (int perHost : {1, 2, 4, 8}) {
+        DYNAMIC_SECTION(name << ": " << hosts << " host(s) x " << perHost << " rank(s)") {
+          const auto ranks = layout(host, hosts, perHost);
+          const int n = static_cast<int>(ranks.size());
+          const plan::Plan plan = plan::makePlan(ranks);
+          INFO(plan::describePlan(plan, ranks));
+          CHECK(plan.hosts == hosts);
+          const size_t expectChannels = hosts > 1 ? std::max<size_t>(1, host.nics.size()) : 1;
+          CHECK(plan.channels.size() == expectChannels);
+          for (const auto& channel : plan.channels) {
+            // Every rank exactly once; the ring crosses into each host once.
+            std::set<int> seen(channel.ring.begin(), channel.ring.end());
+            CHECK(static_cast<int>(seen.size()) == n);
+            CHECK(static_cast<int>(channel.ring.size()) == n);
+            int crossings = 0;
+            for (int i = 0; i < n; ++i) {
+              crossings += ranks[static_cast<size_t>(channel.ring[static_cast<size_t>(i)])].host !=
+                           ranks[static_cast<size_t>(channel.ring[static_cast<size_t>((i + 1) % n)])].host;
+            }
+            CHECK(crossings == (hosts > 1 ? hosts : 0));
+          }
+          // Each GPU rank's NIC is the one nearest its GPU.
+          for (const auto& p : ranks) {
+            if (p.gpu < 0 || host.nics.empty()) continue;
+            int best = INT_MAX;
+            for (const auto& nic : host.nics) best = std::min(best, topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], nic));
+            CHECK(topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], host.nics[static_cast<size_t>(p.preferredNic)]) == best);
+          }
+          // Trees: one root, no cycles, parents and children agree, depth ~ log2(hosts) + chain.
+          for (const auto& tree : plan.trees) {
+            int roots = 0;
+            for (int r = 0; r < n; ++r) {
+              roots += tree.parent[static_cast<size_t>(r)] < 0;
+              CHECK(depthOf(tree, r) <= static_cast<int>(std::ceil(std::log2(hosts))) + 1 + perHost);
+              for (int c : tree.children[static_cast<size_t>(r)]) CHECK(tree.parent[static_cast<size_t>(c)] == r);
+            }
+            CHECK(roots == 1);
+          }
+          // Transports: shared memory within a host, sockets between hosts.
+          for (int a = 0; a < n; ++a) {
+            for (int b = 0; b < n; ++b) {
+              const auto t = plan.transport[static_cast<size_t>(a)][static_cast<size_t>(b)];
+              const auto want = a == b ? plan::Transport::Self
+                                : ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host
+                                    ? plan::Transport::Shm
+                                    : plan::Transport::Socket;
+              CHECK(t == want);
+            }
+          }
+          // Every rank computes the same plan from the same facts.
+          CHECK(plan::describePlan(plan::makePlan(ranks), ranks) == plan::describePlan(plan, ranks));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("planner: on 8 GPUs and 4 NICs each channel enters and leaves a host by its NIC's GPUs",
+          "[topology][planner]") {
+  const auto host = load("gpu8-nic4.xml");
+  const auto ranks = layout(host, 2, 8);
+  const auto plan = plan::makePlan(ranks);
+  REQUIRE(plan.channels.size() == 4);
+  for (int c = 0; c < 4; ++c) {
+    const auto& ring = plan.channels[static_cast<size_t>(c)].ring;
+    // Host 0's segment ends at GPU 2c and host 1's begins at GPU 2c+1: both beside NIC c.
+    CHECK(ranks[static_cast<size_t>(ring[7])].gpu == 2 * c);
+    CHECK(ranks[static_cast<size_t>(ring[8])].gpu == 2 * c + 1);
+    CHECK(plan.channels[static_cast<size_t>(c)].nic[static_cast<size_t>(ring[7])] == c);
+  }
+}
+
+TEST_CASE("planner: double binary trees have <= 2 children and disjoint interiors", "[topology][planner]") {
+  for (int n = 1; n <= 70; ++n) {
+    const auto trees = plan::doubleBinaryTree(n);
+    std::set<int> interior[2];
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      for (int r = 0; r < n; ++r) {
+        const auto& kids = trees[static_cast<size_t>(t)].children[static_cast<size_t>(r)];
+        CHECK(kids.size() <= 2);
+        if (!kids.empty()) interior[t].insert(r);
+        roots += trees[static_cast<size_t>(t)].parent[static_cast<size_t>(r)] < 0;
+        CHECK(depthOf(trees[static_cast<size_t>(t)], r) <= static_cast<int>(std::ceil(std::log2(n + 1))) + 1);
+      }
+      CHECK(roots == 1);
+    }
+    for (int r : interior[0]) {
+      INFO("n = " << n << ", node " << r << " is interior in both trees");
+      CHECK(interior[1].count(r) == 0);
+    }
+  }
+}

@@ -1,0 +1,109 @@
+// weft-topo: prints what Weft discovers about this machine (or an hwloc XML file), and the plan
+// it would make for a layout of identical hosts: rings per channel, double binary trees, the
+// NIC of every rank and the transport of every pair; --dot writes the plan for Graphviz.
+#include <getopt.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "plan/planner.h"
+#include "topo/topology.h"
+#include "weft-perf/perf_common.h"
+
+namespace {
+
+constexpr const char* kTool = "weft-topo";
+
+void usage() {
+  std::printf(
+      "Usage: weft-topo [--topo FILE.xml] [--hosts H] [--ranks-per-host R] [--gpus] [--dot FILE|-]\n"
+      "Prints the topology (this machine's, or an hwloc XML file's) and the plan for H hosts\n"
+      "like it with R ranks each (default 1 host, one rank per GPU or 2 without GPUs).\n"
+      "  --topo FILE          an hwloc XML file instead of the live machine (as WEFT_TOPO_FILE)\n"
+      "  --hosts H            hosts in the layout (default 1)\n"
+      "  --ranks-per-host R   ranks per host (default: the GPU count, or 2)\n"
+      "  --no-gpus            host-memory ranks even where the host has GPUs\n"
+      "  --dot FILE           also write the plan as Graphviz (- for stdout)\n"
+      "Exit status: 0 success, 1 the topology could not be read, 2 bad command line.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string topoFile, dotFile;
+  long hosts = 1, perHost = 0;
+  bool gpus = true;
+  static const option kLong[] = {{"topo", required_argument, nullptr, 't'},
+                                 {"hosts", required_argument, nullptr, 'H'},
+                                 {"ranks-per-host", required_argument, nullptr, 'R'},
+                                 {"no-gpus", no_argument, nullptr, 'G'},
+                                 {"dot", required_argument, nullptr, 'd'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":t:H:R:d:h", kLong, nullptr)) != -1) {
+    const std::string arg = optarg ? optarg : "";
+    switch (c) {
+      case 't': topoFile = arg; break;
+      case 'H':
+        if (!weftperf::parseInt(arg, 1, 4096, &hosts)) return weftperf::usageError(kTool, "--hosts: 1 to 4096");
+        break;
+      case 'R':
+        if (!weftperf::parseInt(arg, 1, 1024, &perHost)) return weftperf::usageError(kTool, "--ranks-per-host: 1 to 1024");
+        break;
+      case 'G': gpus = false; break;
+      case 'd': dotFile = arg; break;
+      case 'h': usage(); return 0;
+      case ':': return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
+      default: return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
+
+  auto loaded = topoFile.empty() ? weft::topo::discoverTopology() : weft::topo::loadTopologyXml(topoFile);
+  if (!loaded.isOk()) {
+    std::fprintf(stderr, "weft-topo: %s\n", loaded.status().message().c_str());
+    return 1;
+  }
+  const weft::topo::HostTopology& host = loaded.value();
+  std::printf("%s", weft::topo::describeTopology(host).c_str());
+
+  const int gpuCount = gpus ? static_cast<int>(host.gpus.size()) : 0;
+  if (perHost == 0) perHost = gpuCount > 0 ? gpuCount : 2;
+  std::vector<weft::plan::RankPlacement> ranks;
+  const int numa = static_cast<int>(host.numaNodes.size());
+  for (int h = 0; h < hosts; ++h) {
+    for (int l = 0; l < perHost; ++l) {
+      const int gpu = l < gpuCount ? l : -1;
+      const int node = gpu >= 0 ? host.gpus[static_cast<size_t>(gpu)].numaNode : static_cast<int>(l * numa / perHost);
+      weft::plan::RankPlacement p = weft::plan::placeRank(host, node, gpu, l);
+      p.host = h;
+      ranks.push_back(p);
+    }
+  }
+  std::printf("\nranks (host, NUMA node, GPU, nearest NIC):\n");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const auto& p = ranks[r];
+    std::string nic = p.preferredNic >= 0 ? host.nics[static_cast<size_t>(p.preferredNic)].name : "none";
+    std::string gpu = p.gpu >= 0 ? host.gpus[static_cast<size_t>(p.gpu)].name : "none";
+    std::printf("  rank %zu: host %d, NUMA %d, GPU %s, NIC %s\n", r, p.host, p.numaNode, gpu.c_str(), nic.c_str());
+  }
+  const auto plan = weft::plan::makePlan(ranks);
+  std::printf("\nplan: %s", weft::plan::describePlan(plan, ranks).c_str());
+  if (!dotFile.empty()) {
+    const std::string dot = weft::plan::planToDot(plan, ranks);
+    if (dotFile == "-") {
+      std::printf("%s", dot.c_str());
+    } else {
+      std::ofstream out(dotFile);
+      out << dot;
+      if (!out) {
+        std::fprintf(stderr, "weft-topo: cannot write %s\n", dotFile.c_str());
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
