@@ -111,6 +111,10 @@ Status parseForcedAlgorithms(const std::string& text, TuningConfig* config) {
 Result<TuningConfig> loadTuningConfig() {
   TuningConfig config;
   if (auto algo = envString("WEFT_ALGO")) WEFT_TRY(parseForcedAlgorithms(*algo, &config));
+  if (auto tune = envString("WEFT_TUNE")) {
+    if (*tune == "measure") config.measureLinks = true;
+    else if (*tune != "defaults") return Status(weftInvalidArgument, "WEFT_TUNE=\"" + *tune + "\" is not measure or defaults");
+  }
   for (auto [name, target] : {std::pair{"WEFT_CHUNK_BYTES", &config.pipeline.chunkBytes},
                               std::pair{"WEFT_RD_MAX_BYTES", &config.recursiveDoublingMaxBytes},
                               std::pair{"WEFT_ONESHOT_MAX_BYTES", &config.oneShotMaxBytes},
@@ -126,26 +130,30 @@ Result<TuningConfig> loadTuningConfig() {
   return config;
 }
 
-Algorithm chooseAlgorithm(const TuningConfig& config, Collective collective, size_t bytes, int nranks) {
+Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, Collective collective, size_t bytes,
+                          int nranks) {
   if (auto forced = config.forced[static_cast<size_t>(collective)]) return *forced;
-  // Small messages are latency bound: one round of n-1 concurrent exchanges while the bytes a
-  // rank sends stay small, then log2(n)-deep trees and recursive doubling, and the ring's
-  // pipelined steps once bandwidth dominates. (The planner's cost model will refine this.)
-  const size_t fanOutBytes = bytes * static_cast<size_t>(nranks - 1);
-  switch (collective) {
-    case Collective::AllReduce:
-      if (fanOutBytes <= config.oneShotMaxBytes) return Algorithm::OneShot;
-      return bytes <= config.recursiveDoublingMaxBytes ? Algorithm::RecursiveDoubling : Algorithm::Ring;
-    case Collective::Broadcast:
-    case Collective::Reduce:
-      // On two ranks the tree and the chain are the same exchange.
-      return nranks > 2 && bytes <= config.treeMaxBytes ? Algorithm::Tree : Algorithm::Ring;
-    case Collective::AllGather:
-    case Collective::ReduceScatter:
-      return fanOutBytes <= config.oneShotMaxBytes ? Algorithm::OneShot : Algorithm::Ring;
-    default:
-      return Algorithm::Direct;
+  const size_t fanOutBytes = bytes * static_cast<size_t>(std::max(nranks - 1, 0));
+  auto allowed = [&](Algorithm a) {
+    if (!hasAlgorithm(collective, a)) return false;
+    switch (a) {
+      case Algorithm::OneShot: return fanOutBytes <= config.oneShotMaxBytes;
+      case Algorithm::RecursiveDoubling: return bytes <= config.recursiveDoublingMaxBytes;
+      case Algorithm::Tree: return bytes <= config.treeMaxBytes && nranks > 2;  // on 2 ranks, the chain
+      default: return true;
+    }
+  };
+  Algorithm best = hasAlgorithm(collective, Algorithm::Ring) ? Algorithm::Ring : Algorithm::Direct;
+  double bestUs = predictUs(link, collective, best, bytes, nranks, config.pipeline.chunkBytes);
+  for (Algorithm a : {Algorithm::OneShot, Algorithm::RecursiveDoubling, Algorithm::Tree}) {
+    if (!allowed(a)) continue;
+    const double us = predictUs(link, collective, a, bytes, nranks, config.pipeline.chunkBytes);
+    if (us < bestUs) {
+      bestUs = us;
+      best = a;
+    }
   }
+  return best;
 }
 
 Schedule buildSchedule(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline) {

@@ -98,6 +98,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                 plan.transport[static_cast<size_t>(rank)], abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
   communicator->ring_ = plan.channels.front().ring;
+  // The model prices every algorithm by the slowest link any pair uses.
+  bool anySocket = config.shm.policy == transport::ShmPolicy::Never;
+  for (const auto& r : plan.transport) anySocket = anySocket || std::count(r.begin(), r.end(), plan::Transport::Socket) > 0;
+  communicator->link_ = anySocket ? coll::defaultSocketCost() : coll::defaultSharedMemoryCost();
+  if (tuning.measureLinks) WEFT_TRY(communicator->measureLinks());
   if (numa >= 0) communicator->progressCpus_ = host->numaNodes[static_cast<size_t>(numa)].cpus;
   return communicator;
 }
@@ -227,6 +232,38 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
   return shape;
 }
 
+// Times this communicator's links the way the model prices them: many 8-byte one-shot
+// all-reduces (alpha), then a 4 MiB chain broadcast (beta). Rank 0's numbers go to every rank.
+Status Communicator::measureLinks() {
+  const coll::TuningConfig saved = tuning_;
+  auto timeUs = [&](const CollectiveCall& call, int reps) -> Result<double> {
+    WEFT_TRY(run(call));  // warm-up: connections, schedules, pages
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) WEFT_TRY(run(call));
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / reps;
+  };
+  double tiny = 0;
+  std::vector<char> big(size_t{4} << 20);
+  CollectiveCall ping{coll::Collective::AllReduce, &tiny, &tiny, 1, weftFloat64, weftMax};
+  CollectiveCall flood{coll::Collective::Broadcast, big.data(), big.data(), big.size(), weftUint8};
+  tuning_.forced[static_cast<size_t>(coll::Collective::AllReduce)] = coll::Algorithm::OneShot;
+  tuning_.forced[static_cast<size_t>(coll::Collective::Broadcast)] = coll::Algorithm::Ring;
+  auto alpha = timeUs(ping, 200);
+  auto stream = alpha.isOk() ? timeUs(flood, 5) : alpha;
+  tuning_ = saved;
+  WEFT_TRY(alpha.status());
+  WEFT_TRY(stream.status());
+  double measured[2] = {alpha.value(), (stream.value() - (size() - 1) * alpha.value()) / static_cast<double>(big.size())};
+  CollectiveCall share{coll::Collective::Broadcast, measured, measured, 2, weftFloat64};
+  WEFT_TRY(run(share));
+  if (measured[0] > 0 && measured[1] > 0) {
+    link_.alphaUs = measured[0];
+    link_.betaUsPerB = measured[1];
+  }
+  WEFT_INFO("measured links: alpha %.2f us, %.2f GB/s", link_.alphaUs, 1e-3 / link_.betaUsPerB);
+  return Status::ok();
+}
+
 Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
   const char* what = calls.size() == 1 ? coll::collectiveName(calls[0].collective) : "group";
   if (!failure_.isOk()) {
@@ -254,7 +291,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
       call.op = weftSum;
     }
     const coll::CollectiveShape shape = shapeOf(call);
-    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, call.collective, shape.bytes(), size());
+    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, call.collective, shape.bytes(), size());
     schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
     operations.push_back({call.send, call.recv, call.type, call.op, messageTag(call)});
   }

@@ -47,6 +47,7 @@ class Communicator {
   Communicator(PeerMesh mesh, const CommConfig& config, coll::TuningConfig tuning, const std::atomic<bool>* abortFlag);
   void* scratch(size_t bytes);
   Status connectFor(std::span<const CollectiveCall> calls, const char* what, const Deadline& deadline);
+  Status measureLinks();
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
   // A failed collective leaves connections mid-message: the communicator stays failed.
   Status fail(Status status);
@@ -58,6 +59,7 @@ class Communicator {
   coll::ScheduleCache schedules_;
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt (known after connectAll)
   std::vector<int> ring_;               // the planner's first channel: ring algorithms' rank order
+  coll::LinkCost link_{};               // what the tuner's model prices algorithms with
   std::vector<unsigned> progressCpus_;
   std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };

@@ -129,7 +129,8 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
     Channel channel;
     channel.nic.assign(static_cast<size_t>(n), -1);
     for (const auto& local : byHost) {
-      for (int r : segment(local, ranks, c)) {
+      // One host: no crossing to place, so its ranks keep their NUMA/GPU order.
+      for (int r : plan.hosts > 1 ? segment(local, ranks, c) : local) {
         channel.ring.push_back(r);
         const RankPlacement& p = ranks[static_cast<size_t>(r)];
         // The channel's own NIC where the host has one; else the rank's nearest.

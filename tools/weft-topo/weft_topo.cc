@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "coll/tuner.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
 #include "weft-perf/perf_common.h"
@@ -25,6 +26,9 @@ void usage() {
       "  --ranks-per-host R   ranks per host (default: the GPU count, or 2)\n"
       "  --no-gpus            host-memory ranks even where the host has GPUs\n"
       "  --dot FILE           also write the plan as Graphviz (- for stdout)\n"
+      "  --predict N          instead: the tuner's predicted all-reduce times on N ranks over\n"
+      "                       shared memory (--socket: sockets), 8 B to 64 MiB, per algorithm,\n"
+      "                       and its choice, as JSON lines\n"
       "Exit status: 0 success, 1 the topology could not be read, 2 bad command line.\n");
 }
 
@@ -34,11 +38,15 @@ int main(int argc, char** argv) {
   std::string topoFile, dotFile;
   long hosts = 1, perHost = 0;
   bool gpus = true;
+  long predictRanks = 0;
+  bool socketLinks = false;
   static const option kLong[] = {{"topo", required_argument, nullptr, 't'},
                                  {"hosts", required_argument, nullptr, 'H'},
                                  {"ranks-per-host", required_argument, nullptr, 'R'},
                                  {"no-gpus", no_argument, nullptr, 'G'},
                                  {"dot", required_argument, nullptr, 'd'},
+                                 {"predict", required_argument, nullptr, 'P'},
+                                 {"socket", no_argument, nullptr, 'S'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   opterr = 0;
@@ -55,12 +63,37 @@ int main(int argc, char** argv) {
         break;
       case 'G': gpus = false; break;
       case 'd': dotFile = arg; break;
+      case 'P':
+        if (!weftperf::parseInt(arg, 2, 4096, &predictRanks)) return weftperf::usageError(kTool, "--predict: 2 to 4096 ranks");
+        break;
+      case 'S': socketLinks = true; break;
       case 'h': usage(); return 0;
       case ':': return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
       default: return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
     }
   }
   if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
+
+  if (predictRanks > 0) {
+    using namespace weft::coll;
+    auto config = loadTuningConfig();
+    if (!config.isOk()) {
+      std::fprintf(stderr, "weft-topo: %s\n", config.status().message().c_str());
+      return 1;
+    }
+    const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
+    const int n = static_cast<int>(predictRanks);
+    for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
+      std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
+        std::printf(", \"%s\": %.3f", algorithmName(a),
+                    predictUs(link, Collective::AllReduce, a, bytes, n, config.value().pipeline.chunkBytes));
+      }
+      std::printf(", \"choice\": \"%s\"}\n",
+                  algorithmName(chooseAlgorithm(config.value(), link, Collective::AllReduce, bytes, n)));
+    }
+    return 0;
+  }
 
   auto loaded = topoFile.empty() ? weft::topo::discoverTopology() : weft::topo::loadTopologyXml(topoFile);
   if (!loaded.isOk()) {
