@@ -1,0 +1,13 @@
+// The Python module behind weft_torch: the process group's creator, for
+// torch.distributed.Backend.register_backend (done in weft_torch/__init__.py).
+#include <pybind11/chrono.h>
+#include <torch/python.h>
+
+#include "process_group_weft.hpp"
+
+PYBIND11_MODULE(_weft_torch, m) {
+  m.doc() = "Weft as a torch.distributed backend";
+  m.def("create_process_group", &weft_torch::ProcessGroupWeft::create, pybind11::arg("store"), pybind11::arg("rank"),
+        pybind11::arg("size"), pybind11::arg("timeout"),
+        "Makes this rank's Weft process group (what torch.distributed calls for backend \"weft\").");
+}

@@ -1,0 +1,467 @@
+#include "process_group_weft.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace weft_torch {
+namespace {
+
+// Weft's error as a C++ exception (torch turns it into a Python RuntimeError with the text).
+void check(weftResult_t rc, weftComm_t comm, const char* what) {
+  if (rc == weftSuccess) return;
+  throw std::runtime_error(std::string("weft: ") + what + ": " + weftGetErrorString(rc) + ": " + weftGetLastError(comm));
+}
+
+weftDataType_t weftType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return weftFloat32;
+    case at::kDouble: return weftFloat64;
+    case at::kHalf: return weftFloat16;
+    case at::kBFloat16: return weftBfloat16;
+    case at::kInt: return weftInt32;
+    case at::kLong: return weftInt64;
+    case at::kChar: return weftInt8;
+    case at::kByte:
+    case at::kBool: return weftUint8;
+    default: break;
+  }
+  TORCH_CHECK(false, "weft: tensors of type ", t.scalar_type(), " are not supported");
+}
+
+void checkTensor(const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu(), "weft: this build handles CPU tensors only (got one on ", t.device(), ")");
+  TORCH_CHECK(!t.is_sparse(), "weft: sparse tensors are not supported");
+}
+
+void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == 1, "weft: ", what, " takes one tensor per rank, got ", tensors.size());
+  checkTensor(tensors[0]);
+}
+
+// A contiguous view of t, or a contiguous copy (whose result finish() copies back into t).
+at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+void copyBack(const at::Tensor& to, const at::Tensor& from) {
+  if (!to.is_same(from)) to.copy_(from);
+}
+
+// The Weft operator for a c10d reduction; PreMulSum gets an operator made for this call.
+struct Reduction {
+  weftRedOp_t op = weftSum;
+  bool premul = false;
+  at::Tensor factor;  // one element of the tensor's type
+};
+
+Reduction reductionOf(const c10d::ReduceOp& op, const at::Tensor& like) {
+  Reduction r;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: r.op = weftSum; break;
+    case c10d::ReduceOp::AVG: r.op = weftAvg; break;
+    case c10d::ReduceOp::PRODUCT: r.op = weftProd; break;
+    case c10d::ReduceOp::MIN: r.op = weftMin; break;
+    case c10d::ReduceOp::MAX: r.op = weftMax; break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(supplement != nullptr, "weft: PREMUL_SUM without its factor");
+      at::Tensor factor = supplement->tensor_factors.empty() ? at::scalar_tensor(supplement->double_factor)
+                                                             : supplement->tensor_factors[0].reshape({});
+      r.premul = true;
+      r.factor = factor.to(like.scalar_type()).contiguous();
+      break;
+    }
+    default: TORCH_CHECK(false, "weft: reduction op ", static_cast<int>(op.op_), " (bitwise) is not supported");
+  }
+  TORCH_CHECK(like.scalar_type() != at::kBool || r.op == weftMax || r.op == weftMin,
+              "weft: bool tensors reduce with MAX or MIN only");
+  return r;
+}
+
+// Runs `call(op)` with the Weft operator for `r` (making and dropping a PreMulSum one).
+weftResult_t withOperator(const Reduction& r, weftComm_t comm, weftDataType_t type,
+                          const std::function<weftResult_t(weftRedOp_t)>& call) {
+  if (!r.premul) return call(r.op);
+  weftRedOp_t op;
+  weftResult_t rc = weftRedOpCreatePreMulSum(&op, r.factor.data_ptr(), type, weftScalarHostImmediate, comm);
+  if (rc != weftSuccess) return rc;
+  rc = call(op);  // the scalar was copied into the call: the operator can go now
+  weftRedOpDestroy(op, comm);
+  return rc;
+}
+
+size_t count(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+}  // namespace
+
+WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, weftStream_t stream, std::vector<at::Tensor> outputs,
+                   std::function<void()> finish, std::chrono::milliseconds timeout)
+    : c10d::Work(rank, type),
+      comm_(comm),
+      stream_(stream),
+      outputs_(std::move(outputs)),
+      finish_(std::move(finish)),
+      timeout_(timeout),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+WeftWork::~WeftWork() {
+  if (stream_ != nullptr) weftStreamDestroy(stream_);
+}
+
+void WeftWork::complete() {
+  std::exception_ptr error;
+  weftResult_t rc = weftStreamSynchronize(stream_);
+  try {
+    check(rc, comm_, "collective");
+    if (finish_) finish_();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  weftStreamDestroy(stream_);
+  stream_ = nullptr;
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error);
+}
+
+bool WeftWork::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WeftWork::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+bool WeftWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  // Weft's own deadline ends every operation; this wait only has to outlast it.
+  if (!cv_.wait_for(lock, limit * 2 + std::chrono::seconds(1), [&] { return completed_; })) {
+    throw std::runtime_error("weft: operation timed out after " + std::to_string(limit.count()) + " ms");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   std::chrono::milliseconds timeout)
+    : BackendBase(rank, size), timeout_(timeout) {
+  // One id per process group: torch hands each group its own prefixed store.
+  const std::string key = "weft_unique_id";
+  weftUniqueId id;
+  if (rank == 0) {
+    check(weftGetUniqueId(&id), nullptr, "weftGetUniqueId");
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+    store->set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+  } else {
+    std::vector<uint8_t> bytes = store->get(key);
+    TORCH_CHECK(bytes.size() == sizeof(id), "weft: the store holds a malformed unique id");
+    std::memcpy(&id, bytes.data(), sizeof(id));
+  }
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), std::numeric_limits<int>::max()));
+  if (config.timeoutMs <= 0) config.timeoutMs = 1;
+  check(weftCommInitRankConfig(&comm_, size, id, rank, &config), nullptr, "weftCommInitRankConfig");
+  completer_ = std::thread([this] { completionLoop(); });
+}
+
+ProcessGroupWeft::~ProcessGroupWeft() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (completer_.joinable()) completer_.join();
+  if (comm_ != nullptr) weftCommDestroy(comm_);
+}
+
+void ProcessGroupWeft::completionLoop() {
+  for (;;) {
+    c10::intrusive_ptr<WeftWork> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, and everything issued has completed
+      work = pending_.front();
+      pending_.pop_front();
+    }
+    work->complete();
+  }
+}
+
+c10::intrusive_ptr<BackendBase> ProcessGroupWeft::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                         int size, const std::chrono::duration<float>& timeout) {
+  return c10::make_intrusive<ProcessGroupWeft>(store, rank, size,
+                                               std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                        const std::function<weftResult_t(weftStream_t)>& issue,
+                                                        std::function<void()> finish) {
+  weftStream_t stream = nullptr;
+  check(weftStreamCreate(&stream), comm_, "weftStreamCreate");
+  weftResult_t rc = issue(stream);
+  if (rc != weftSuccess) {
+    weftStreamDestroy(stream);
+    check(rc, comm_, "issuing the collective");
+  }
+  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, stream, std::move(outputs), std::move(finish),
+                                            timeout_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(work);
+  }
+  changed_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  checkSingle(tensors, "broadcast");
+  at::Tensor t = tensors[0], d = dense(t);
+  return submit(c10d::OpType::BROADCAST, {t}, [&](weftStream_t s) {
+    return weftBcast(d.data_ptr(), count(d), weftType(d), static_cast<int>(opts.rootRank), comm_, s);
+  }, [t, d] { copyBack(t, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions& opts) {
+  checkSingle(tensors, "allreduce");
+  at::Tensor t = tensors[0], d = dense(t);
+  const Reduction r = reductionOf(opts.reduceOp, d);
+  return submit(c10d::OpType::ALLREDUCE, {t}, [&](weftStream_t s) {
+    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
+      return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+    });
+  }, [t, d] { copyBack(t, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                     const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<at::Tensor> denses;
+  for (const auto& t : tensors) {
+    checkTensor(t);
+    denses.push_back(dense(t));
+  }
+  std::vector<at::Tensor> outputs = tensors;
+  return submit(c10d::OpType::ALLREDUCE_COALESCED, outputs, [&](weftStream_t s) {
+    weftResult_t rc = weftGroupStart();
+    for (const auto& d : denses) {
+      const Reduction r = reductionOf(opts.reduceOp, d);
+      weftResult_t one = withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
+        return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+      });
+      if (rc == weftSuccess) rc = one;
+    }
+    weftResult_t end = weftGroupEnd();
+    return rc != weftSuccess ? rc : end;
+  }, [outputs, denses] {
+    for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], denses[i]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  checkSingle(tensors, "reduce");
+  at::Tensor t = tensors[0], d = dense(t);
+  const Reduction r = reductionOf(opts.reduceOp, d);
+  return submit(c10d::OpType::REDUCE, {t}, [&](weftStream_t s) {
+    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
+      return weftReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, static_cast<int>(opts.rootRank), comm_, s);
+    });
+  }, [t, d] { copyBack(t, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllgatherOptions&) {
+  checkSingle(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+              "weft: allgather needs one output list of ", getSize(), " tensors");
+  at::Tensor in = dense(inputs[0]);
+  at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+  std::vector<at::Tensor> outs = outputs[0];
+  return submit(c10d::OpType::ALLGATHER, outs, [&](weftStream_t s) {
+    return weftAllGather(in.data_ptr(), flat.data_ptr(), count(in), weftType(in), comm_, s);
+  }, [outs, flat, in] {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * in.numel(), in.numel()).view(outs[i].sizes()));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::AllgatherOptions&) {
+  checkTensor(output);
+  checkTensor(input);
+  TORCH_CHECK(output.numel() == input.numel() * getSize(), "weft: _allgather_base output must hold size x input");
+  at::Tensor out = output, d = dense(output), in = dense(input);
+  return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [&](weftStream_t s) {
+    return weftAllGather(in.data_ptr(), d.data_ptr(), count(in), weftType(in), comm_, s);
+  }, [out, d, in] { copyBack(out, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::GatherOptions& opts) {
+  checkSingle(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = getRank() == root;
+  TORCH_CHECK(!isRoot || (outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize()),
+              "weft: gather needs one output list of ", getSize(), " tensors at the root");
+  at::Tensor in = dense(inputs[0]);
+  at::Tensor flat = isRoot ? at::empty({getSize() * in.numel()}, in.options()) : at::Tensor();
+  std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
+  return submit(c10d::OpType::GATHER, outs, [&](weftStream_t s) {
+    return weftGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, count(in), weftType(in), root, comm_, s);
+  }, [outs, flat, in] {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * in.numel(), in.numel()).view(outs[i].sizes()));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::scatter(std::vector<at::Tensor>& outputs,
+                                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                                         const c10d::ScatterOptions& opts) {
+  checkSingle(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = getRank() == root;
+  TORCH_CHECK(!isRoot || (inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize()),
+              "weft: scatter needs one input list of ", getSize(), " tensors at the root");
+  at::Tensor out = outputs[0], d = dense(out);
+  at::Tensor flat;
+  if (isRoot) {
+    std::vector<at::Tensor> pieces;
+    for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
+    flat = at::cat(pieces);
+  }
+  return submit(c10d::OpType::SCATTER, {out}, [&](weftStream_t s) {
+    return weftScatter(isRoot ? flat.data_ptr() : nullptr, d.data_ptr(), count(d), weftType(d), root, comm_, s);
+  }, [out, d, flat] { copyBack(out, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                                const c10d::ReduceScatterOptions& opts) {
+  checkSingle(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "weft: reduce_scatter needs one input list of ", getSize(), " tensors");
+  at::Tensor out = outputs[0], d = dense(out);
+  std::vector<at::Tensor> pieces;
+  for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
+  at::Tensor flat = at::cat(pieces);
+  const Reduction r = reductionOf(opts.reduceOp, d);
+  return submit(c10d::OpType::REDUCE_SCATTER, {out}, [&](weftStream_t s) {
+    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
+      return weftReduceScatter(flat.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+    });
+  }, [out, d, flat] { copyBack(out, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::ReduceScatterOptions& opts) {
+  checkTensor(output);
+  checkTensor(input);
+  TORCH_CHECK(input.numel() == output.numel() * getSize(), "weft: _reduce_scatter_base input must hold size x output");
+  at::Tensor out = output, d = dense(output), in = dense(input);
+  const Reduction r = reductionOf(opts.reduceOp, d);
+  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [&](weftStream_t s) {
+    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
+      return weftReduceScatter(in.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+    });
+  }, [out, d, in] { copyBack(out, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t>& outputSplits,
+                                                               std::vector<int64_t>& inputSplits,
+                                                               const c10d::AllToAllOptions&) {
+  checkTensor(output);
+  checkTensor(input);
+  at::Tensor out = output, d = dense(output), in = dense(input);
+  const int n = getSize();
+  if (outputSplits.empty() && inputSplits.empty()) {
+    TORCH_CHECK(in.numel() == d.numel() && in.numel() % n == 0, "weft: alltoall_base needs equal, divisible sizes");
+    return submit(c10d::OpType::ALLTOALL_BASE, {out}, [&](weftStream_t s) {
+      return weftAlltoAll(in.data_ptr(), d.data_ptr(), count(in) / static_cast<size_t>(n), weftType(in), comm_, s);
+    }, [out, d, in] { copyBack(out, d); });
+  }
+  TORCH_CHECK(static_cast<int>(outputSplits.size()) == n && static_cast<int>(inputSplits.size()) == n,
+              "weft: alltoall_base splits must have one entry per rank");
+  const int64_t inRow = in.dim() > 0 && in.size(0) > 0 ? in.numel() / in.size(0) : 0;
+  const int64_t outRow = d.dim() > 0 && d.size(0) > 0 ? d.numel() / d.size(0) : 0;
+  const size_t esize = in.element_size();
+  return submit(c10d::OpType::ALLTOALL_BASE, {out}, [&](weftStream_t s) {
+    weftResult_t rc = weftGroupStart();
+    int64_t inAt = 0, outAt = 0;
+    for (int p = 0; p < n; ++p) {
+      auto* src = static_cast<char*>(in.data_ptr()) + static_cast<size_t>(inAt * inRow) * esize;
+      auto* dst = static_cast<char*>(d.data_ptr()) + static_cast<size_t>(outAt * outRow) * esize;
+      weftResult_t a = weftSend(src, static_cast<size_t>(inputSplits[p] * inRow), weftType(in), p, comm_, s);
+      weftResult_t b = weftRecv(dst, static_cast<size_t>(outputSplits[p] * outRow), weftType(d), p, comm_, s);
+      if (rc == weftSuccess) rc = a != weftSuccess ? a : b;
+      inAt += inputSplits[p];
+      outAt += outputSplits[p];
+    }
+    weftResult_t end = weftGroupEnd();
+    return rc != weftSuccess ? rc : end;
+  }, [out, d, in] { copyBack(out, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions&) {
+  const int n = getSize();
+  TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+              "weft: alltoall needs ", n, " input and output tensors");
+  std::vector<at::Tensor> ins, outs;
+  for (int p = 0; p < n; ++p) {
+    checkTensor(inputs[static_cast<size_t>(p)]);
+    checkTensor(outputs[static_cast<size_t>(p)]);
+    ins.push_back(dense(inputs[static_cast<size_t>(p)]));
+    outs.push_back(dense(outputs[static_cast<size_t>(p)]));
+  }
+  std::vector<at::Tensor> results = outputs;
+  return submit(c10d::OpType::ALLTOALL, results, [&](weftStream_t s) {
+    weftResult_t rc = weftGroupStart();
+    for (int p = 0; p < n; ++p) {
+      const auto& a = ins[static_cast<size_t>(p)];
+      const auto& b = outs[static_cast<size_t>(p)];
+      weftResult_t x = weftSend(a.data_ptr(), count(a), weftType(a), p, comm_, s);
+      weftResult_t y = weftRecv(b.data_ptr(), count(b), weftType(b), p, comm_, s);
+      if (rc == weftSuccess) rc = x != weftSuccess ? x : y;
+    }
+    weftResult_t end = weftGroupEnd();
+    return rc != weftSuccess ? rc : end;
+  }, [results, outs, ins] {
+    for (size_t i = 0; i < results.size(); ++i) copyBack(results[i], outs[i]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
+  checkSingle(tensors, "send");
+  at::Tensor d = dense(tensors[0]);
+  return submit(c10d::OpType::SEND, {tensors[0]}, [&](weftStream_t s) {
+    return weftSend(d.data_ptr(), count(d), weftType(d), dstRank, comm_, s);
+  }, [d] {});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
+  checkSingle(tensors, "recv");
+  at::Tensor t = tensors[0], d = dense(t);
+  return submit(c10d::OpType::RECV, {t}, [&](weftStream_t s) {
+    return weftRecv(d.data_ptr(), count(d), weftType(d), srcRank, comm_, s);
+  }, [t, d] { copyBack(t, d); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::barrier(const c10d::BarrierOptions&) {
+  return submit(c10d::OpType::BARRIER, {}, [&](weftStream_t s) { return weftBarrier(comm_, s); });
+}
+
+}  // namespace weft_torch

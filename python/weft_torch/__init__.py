@@ -1,0 +1,20 @@
+"""Weft as a torch.distributed backend.
+
+    import weft_torch                       # registers backend "weft"
+    torch.distributed.init_process_group("weft")
+
+Works with env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; weftrun sets them) or an explicit
+store; every process group (dist.new_group too) bootstraps its own Weft communicator through the
+c10d store it is given. CPU tensors; errors are RuntimeErrors carrying Weft's message.
+"""
+
+import torch.distributed as dist
+
+from ._weft_torch import create_process_group
+
+BACKEND_NAME = "weft"
+
+if not hasattr(dist.Backend, BACKEND_NAME.upper()):
+    dist.Backend.register_backend(BACKEND_NAME, create_process_group)
+
+__all__ = ["BACKEND_NAME", "create_process_group"]

@@ -1,0 +1,145 @@
+"""Every operation of the "weft" torch.distributed backend, checked against values computed here.
+Run one process per rank with weftrun (env://):  weftrun -n 3 python3 tests/torch/backend_test.py
+Exit status 0 when everything matched."""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import weft_torch  # noqa: F401  (registers the backend)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(f"rank {dist.get_rank()}: {what}")
+
+
+def main():
+    dist.init_process_group("weft", timeout=datetime.timedelta(seconds=60))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    check(dist.get_backend() == "weft", f"backend {dist.get_backend()}")
+    ranks_sum = n * (n - 1) / 2
+
+    # all_reduce: every op, several dtypes, a non-contiguous tensor, async with a future.
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16):
+        t = torch.full((5, 3), rank + 1, dtype=dtype)
+        dist.all_reduce(t)
+        check(torch.all(t == n * (n + 1) // 2), f"sum {dtype}: {t}")
+        for op, want in ((dist.ReduceOp.MAX, n), (dist.ReduceOp.MIN, 1), (dist.ReduceOp.PRODUCT, 1)):
+            t = torch.full((4,), rank + 1 if op != dist.ReduceOp.PRODUCT else 1, dtype=dtype)
+            dist.all_reduce(t, op=op)
+            check(torch.all(t == want), f"{op} {dtype}: {t}")
+    t = torch.full((6,), float(rank), dtype=torch.float32)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    check(torch.allclose(t, torch.full((6,), ranks_sum / n)), f"avg: {t}")
+    t = torch.full((6,), 2.0)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    check(torch.allclose(t, torch.full((6,), float(n))), f"premul_sum: {t}")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous
+    dist.all_reduce(t)
+    check(torch.equal(t, n * torch.arange(12, dtype=torch.float32).reshape(3, 4).t()), "non-contiguous all_reduce")
+    t = torch.ones(1000)
+    work = dist.all_reduce(t, async_op=True)
+    value = work.get_future().wait()
+    check(isinstance(value, list) and torch.all(value[0] == n), f"future value {value}")
+    work.wait()
+    check(work.is_completed() and work.is_success(), "work state")
+    ts = [torch.full((3,), float(rank)), torch.full((5,), 1.0)]
+    dist.all_reduce_coalesced(ts)
+    check(torch.all(ts[0] == ranks_sum) and torch.all(ts[1] == n), "all_reduce_coalesced")
+
+    # broadcast, reduce.
+    t = torch.full((7,), float(rank))
+    dist.broadcast(t, src=n - 1)
+    check(torch.all(t == n - 1), f"broadcast {t}")
+    t = torch.full((7,), float(rank))
+    dist.reduce(t, dst=0)
+    if rank == 0:
+        check(torch.all(t == ranks_sum), f"reduce {t}")
+
+    # all_gather (list and into one tensor), gather, scatter.
+    out = [torch.zeros(2, 2) for _ in range(n)]
+    dist.all_gather(out, torch.full((2, 2), float(rank)))
+    check(all(torch.all(o == i) for i, o in enumerate(out)), "all_gather")
+    flat = torch.zeros(n * 3)
+    dist._all_gather_base(flat, torch.full((3,), float(rank)))
+    check(torch.equal(flat, torch.arange(n).float().repeat_interleave(3)), f"_all_gather_base {flat}")
+    gathered = [torch.zeros(4) for _ in range(n)] if rank == 1 % n else None
+    dist.gather(torch.full((4,), float(rank)), gather_list=gathered, dst=1 % n)
+    if rank == 1 % n:
+        check(all(torch.all(g == i) for i, g in enumerate(gathered)), "gather")
+    got = torch.zeros(5)
+    pieces = [torch.full((5,), float(i * 10)) for i in range(n)] if rank == 0 else None
+    dist.scatter(got, scatter_list=pieces, src=0)
+    check(torch.all(got == rank * 10), f"scatter {got}")
+
+    # reduce_scatter (list and one tensor).
+    out = torch.zeros(3)
+    dist.reduce_scatter(out, [torch.full((3,), float(rank + i)) for i in range(n)])
+    check(torch.all(out == ranks_sum + n * rank), f"reduce_scatter {out}")
+    out = torch.zeros(2)
+    dist._reduce_scatter_base(out, torch.arange(2 * n, dtype=torch.float32))
+    check(torch.equal(out, n * torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32)), f"_reduce_scatter_base {out}")
+
+    # all_to_all_single, even and with splits; all_to_all.
+    inp = torch.arange(n * 2, dtype=torch.float32) + 100 * rank
+    out = torch.zeros(n * 2)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * p for p in range(n)])
+    check(torch.equal(out, want), f"all_to_all_single {out}")
+    in_splits = [p + 1 for p in range(n)]            # rank sends p+1 rows to p
+    out_splits = [rank + 1] * n                       # and receives rank+1 rows from each
+    inp = torch.full((sum(in_splits), 2), float(rank))
+    out = torch.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    want = torch.cat([torch.full((rank + 1, 2), float(p)) for p in range(n)])
+    check(torch.equal(out, want), f"all_to_all_single with splits {out}")
+    outs = [torch.zeros(p + 1) for p in range(n)]
+    dist.all_to_all(outs, [torch.full((rank + 1,), float(rank * 10 + p)) for p in range(n)])
+    check(all(torch.all(o == p * 10 + rank) for p, o in enumerate(outs)), "all_to_all")
+
+    # send / recv around the ring, nonblocking; barrier.
+    if n > 1:
+        got = torch.zeros(8)
+        reqs = [dist.isend(torch.full((8,), float(rank)), (rank + 1) % n), dist.irecv(got, (rank - 1) % n)]
+        for r in reqs:
+            r.wait()
+        check(torch.all(got == (rank - 1) % n), f"send/recv {got}")
+    dist.barrier()
+
+    # A subgroup of the even ranks.
+    evens = list(range(0, n, 2))
+    group = dist.new_group(evens)
+    if rank in evens:
+        t = torch.ones(3)
+        dist.all_reduce(t, group=group)
+        check(torch.all(t == len(evens)), f"subgroup all_reduce {t}")
+
+    # Errors come back as RuntimeError with Weft's words.
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
+        check(False, "a bitwise all_reduce succeeded")
+    except RuntimeError as e:
+        check("weft" in str(e) and "not supported" in str(e), f"error text: {e}")
+
+    dist.barrier()  # rank 0 hosts the env:// store: nobody may still be using it when it goes
+    dist.destroy_process_group()
+
+    # An explicit store instead of env://.
+    store = dist.FileStore(os.environ["WEFT_TEST_STORE"], n) if "WEFT_TEST_STORE" in os.environ else None
+    if store is not None:
+        dist.init_process_group("weft", store=store, rank=rank, world_size=n)
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        check(torch.all(t == n), "all_reduce over an explicit store")
+        dist.barrier()
+        dist.destroy_process_group()
+    print(f"rank {rank}: weft backend ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
