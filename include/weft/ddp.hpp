@@ -1,0 +1,97 @@
+// A minimal data-parallel layer over raw buffers (C++17), in libweft_ddp:
+//
+//   weft::ddp::Reducer reducer(comm, params);      // params: data, grad, count, type
+//   reducer.broadcastParameters();                 // rank 0's weights everywhere
+//   for each step:
+//     backward: reducer.markReady(i) as gradient i is computed (any order)
+//     reducer.finish();                            // every gradient averaged over ranks
+//
+// Gradients are packed into buckets of about bucketCapBytes (default 25 MiB) in reverse
+// registration order (the order backward produces them); as soon as a bucket's gradients are
+// all ready (and the buckets before it have started: every rank starts them in the same order)
+// its all-reduce starts on a host stream, overlapping the rest of backward.
+// DistributedSampler shards a dataset the way torch.utils.data.DistributedSampler does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "weft/weft.h"
+
+namespace weft::ddp {
+
+struct Parameter {
+  void* data;   // the weights (broadcast from rank 0)
+  void* grad;   // where the averaged gradient goes (and, by default, where it is read from)
+  size_t count;
+  weftDataType_t type;
+};
+
+class Reducer {
+ public:
+  static constexpr size_t kDefaultBucketCapBytes = size_t{25} << 20;
+
+  Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCapBytes = kDefaultBucketCapBytes);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Copies rank 0's weights into every rank's parameters (blocking).
+  weftResult_t broadcastParameters();
+
+  // Gradient `index` is complete: read it from `grad` (default: the parameter's grad buffer).
+  // When this completes its bucket, the bucket's all-reduce starts at once.
+  weftResult_t markReady(size_t index, const void* grad = nullptr);
+
+  // Starts any bucket not yet started, waits for all, and writes the averaged gradients to the
+  // parameters' grad buffers (or to gradOut[i] where given). Resets for the next step.
+  weftResult_t finish(const std::vector<void*>& gradOut = {});
+
+  size_t bucketCount() const { return buckets_.size(); }
+  // Buckets whose all-reduce started before finish() in the last step (overlap achieved).
+  size_t bucketsStartedEarly() const { return startedEarly_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;   // indices, in bucket order
+    std::vector<size_t> offsets;  // element offset of each in the flat buffer
+    std::vector<unsigned char> flat;
+    weftDataType_t type;
+    size_t count = 0;
+    size_t pending = 0;  // gradients not yet ready this step
+    bool started = false;
+  };
+  weftResult_t start(Bucket& bucket);
+
+  weftComm_t comm_;
+  std::vector<Parameter> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucketOf_;  // by parameter
+  std::vector<size_t> slotOf_;    // position within its bucket
+  std::vector<bool> ready_;
+  weftStream_t stream_ = nullptr;
+  size_t nextToStart_ = 0;  // buckets start in order; this one is next
+  size_t startedEarly_ = 0;
+};
+
+// torch.utils.data.DistributedSampler's semantics: each of numReplicas ranks gets numSamples()
+// indices; without dropLast the dataset is padded (by repeating its start) to an even split,
+// with dropLast the tail is dropped; shuffled deterministically per (seed, epoch) when shuffle.
+class DistributedSampler {
+ public:
+  DistributedSampler(size_t datasetSize, int numReplicas, int rank, bool shuffle = true, uint64_t seed = 0,
+                     bool dropLast = false);
+  void setEpoch(uint64_t epoch) { epoch_ = epoch; }
+  size_t numSamples() const { return numSamples_; }
+  std::vector<size_t> indices() const;
+
+ private:
+  size_t size_;
+  int replicas_, rank_;
+  bool shuffle_, dropLast_;
+  uint64_t seed_, epoch_ = 0;
+  size_t numSamples_;
+};
+
+}  // namespace weft::ddp

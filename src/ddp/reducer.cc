@@ -1,0 +1,120 @@
+#include <cstring>
+#include <stdexcept>
+
+#include "weft/ddp.hpp"
+
+namespace weft::ddp {
+namespace {
+
+size_t elementSize(weftDataType_t type) {
+  switch (type) {
+    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
+    case weftFloat16: case weftBfloat16: return 2;
+    case weftInt32: case weftUint32: case weftFloat32: return 4;
+    default: return 8;
+  }
+}
+
+}  // namespace
+
+Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCapBytes)
+    : comm_(comm), params_(std::move(params)), bucketOf_(params_.size()), slotOf_(params_.size()),
+      ready_(params_.size(), false) {
+  // Reverse registration order: backward produces the last layers' gradients first. A bucket
+  // closes at the byte cap or where the element type changes.
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Parameter& p = params_[k];
+    const size_t bytes = p.count * elementSize(p.type);
+    if (buckets_.empty() || buckets_.back().type != p.type ||
+        (buckets_.back().count * elementSize(p.type) + bytes > bucketCapBytes && !buckets_.back().params.empty())) {
+      buckets_.push_back(Bucket{});
+      buckets_.back().type = p.type;
+    }
+    Bucket& b = buckets_.back();
+    bucketOf_[k] = buckets_.size() - 1;
+    slotOf_[k] = b.params.size();
+    b.params.push_back(k);
+    b.offsets.push_back(b.count);
+    b.count += p.count;
+  }
+  for (Bucket& b : buckets_) {
+    b.flat.resize(b.count * elementSize(b.type));
+    b.pending = b.params.size();
+  }
+  if (weftStreamCreate(&stream_) != weftSuccess) throw std::runtime_error(weftGetLastError(nullptr));
+}
+
+Reducer::~Reducer() {
+  if (stream_ != nullptr) {
+    (void)weftStreamSynchronize(stream_);
+    weftStreamDestroy(stream_);
+  }
+}
+
+weftResult_t Reducer::broadcastParameters() {
+  weftResult_t rc = weftGroupStart();
+  for (const Parameter& p : params_) {
+    weftResult_t one = weftBcast(p.data, p.count, p.type, 0, comm_, nullptr);
+    if (rc == weftSuccess) rc = one;
+  }
+  weftResult_t end = weftGroupEnd();
+  return rc != weftSuccess ? rc : end;
+}
+
+weftResult_t Reducer::start(Bucket& b) {
+  b.started = true;
+  return weftAllReduce(b.flat.data(), b.flat.data(), b.count, b.type, weftAvg, comm_, stream_);
+}
+
+weftResult_t Reducer::markReady(size_t index, const void* grad) {
+  if (index >= params_.size() || ready_[index]) return weftInvalidUsage;
+  ready_[index] = true;
+  const Parameter& p = params_[index];
+  Bucket& b = buckets_[bucketOf_[index]];
+  const size_t esize = elementSize(p.type);
+  std::memcpy(b.flat.data() + b.offsets[slotOf_[index]] * esize, grad != nullptr ? grad : p.grad, p.count * esize);
+  --b.pending;
+  // Buckets start in bucket order on every rank (else ranks would issue their all-reduces in
+  // different orders): each complete bucket waits for the ones before it.
+  weftResult_t rc = weftSuccess;
+  while (nextToStart_ < buckets_.size() && buckets_[nextToStart_].pending == 0) {
+    weftResult_t one = start(buckets_[nextToStart_++]);
+    if (rc == weftSuccess) rc = one;
+  }
+  return rc;
+}
+
+weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
+  weftResult_t rc = weftSuccess;
+  startedEarly_ = nextToStart_;
+  for (Bucket& b : buckets_) {
+    if (b.started) continue;
+    // Gradients that never became ready (unused parameters) are read from their grad buffers.
+    for (size_t slot = 0; slot < b.params.size(); ++slot) {
+      const size_t k = b.params[slot];
+      if (!ready_[k]) {
+        const size_t esize = elementSize(params_[k].type);
+        std::memcpy(b.flat.data() + b.offsets[slot] * esize, params_[k].grad, params_[k].count * esize);
+      }
+    }
+    weftResult_t one = start(b);
+    if (rc == weftSuccess) rc = one;
+  }
+  weftResult_t synced = weftStreamSynchronize(stream_);
+  if (rc == weftSuccess) rc = synced;
+  for (Bucket& b : buckets_) {
+    const size_t esize = elementSize(b.type);
+    for (size_t slot = 0; slot < b.params.size(); ++slot) {
+      const size_t k = b.params[slot];
+      void* out = k < gradOut.size() && gradOut[k] != nullptr ? gradOut[k] : params_[k].grad;
+      if (rc == weftSuccess) std::memcpy(out, b.flat.data() + b.offsets[slot] * esize, params_[k].count * esize);
+    }
+    b.pending = b.params.size();
+    b.started = false;
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  nextToStart_ = 0;
+  return rc;
+}
+
+}  // namespace weft::ddp

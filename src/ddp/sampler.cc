@@ -1,0 +1,36 @@
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "weft/ddp.hpp"
+
+namespace weft::ddp {
+
+DistributedSampler::DistributedSampler(size_t datasetSize, int numReplicas, int rank, bool shuffle, uint64_t seed,
+                                       bool dropLast)
+    : size_(datasetSize), replicas_(numReplicas), rank_(rank), shuffle_(shuffle), dropLast_(dropLast), seed_(seed) {
+  const auto r = static_cast<size_t>(std::max(numReplicas, 1));
+  // As torch: with drop_last and an uneven split, the tail is dropped; otherwise padded.
+  numSamples_ = dropLast_ && size_ % r != 0 ? size_ / r : (size_ + r - 1) / r;
+}
+
+std::vector<size_t> DistributedSampler::indices() const {
+  std::vector<size_t> order(size_);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (shuffle_) {
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + epoch_);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  const size_t total = numSamples_ * static_cast<size_t>(replicas_);
+  if (!dropLast_) {
+    // Pad by repeating the start of the order (as often as needed for tiny datasets).
+    for (size_t i = 0; order.size() < total && size_ > 0; ++i) order.push_back(order[i]);
+  }
+  order.resize(total);
+  std::vector<size_t> mine;
+  mine.reserve(numSamples_);
+  for (size_t i = static_cast<size_t>(rank_); i < total; i += static_cast<size_t>(replicas_)) mine.push_back(order[i]);
+  return mine;
+}
+
+}  // namespace weft::ddp

@@ -1,0 +1,124 @@
+// The data-parallel layer: gradients averaged over real ranks whatever order they become ready
+// in, buckets started during "backward", parameters broadcast from rank 0; and the sampler's
+// shards (disjoint, covering, deterministic, reshuffled per epoch, drop_last).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "multiprocess.h"
+#include "weft/ddp.hpp"
+
+using namespace weft::test;
+using weft::ddp::DistributedSampler;
+using weft::ddp::Parameter;
+using weft::ddp::Reducer;
+
+TEST_CASE("ddp: gradients averaged across ranks, buckets started before finish", "[ddp][multiprocess]") {
+  for (int n : {1, 2, 3}) {
+    DYNAMIC_SECTION(n << " ranks") {
+      auto outcomes = runRanks(n, [](RankContext& ctx) {
+        weftComm_t comm = nullptr;
+        RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        if (comm == nullptr) return 1;
+        // Six float parameters of assorted sizes, one double; small buckets (16 KiB).
+        const std::vector<size_t> sizes = {1000, 7, 4096, 3, 2500, 1, 777};
+        std::vector<std::vector<float>> weights, grads;
+        std::vector<double> wd(50), gd(50);
+        std::vector<Parameter> params;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          weights.emplace_back(sizes[i], static_cast<float>(ctx.rank * 100 + i));
+          grads.emplace_back(sizes[i], 0.0f);
+        }
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          params.push_back({weights[i].data(), grads[i].data(), sizes[i], weftFloat32});
+        }
+        params.push_back({wd.data(), gd.data(), wd.size(), weftFloat64});
+        Reducer reducer(comm, params, 16 * 1024);
+        RANK_CHECK(ctx, reducer.bucketCount() >= 3, "only %zu buckets", reducer.bucketCount());
+        RANK_WEFT(ctx, reducer.broadcastParameters());
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          RANK_CHECK(ctx, weights[i].front() == static_cast<float>(i) && weights[i].back() == static_cast<float>(i),
+                     "parameter %zu not rank 0's after broadcast", i);
+        }
+        for (int step = 0; step < 3; ++step) {
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            for (size_t j = 0; j < sizes[i]; ++j) grads[i][j] = static_cast<float>(ctx.rank + step + j % 5);
+          }
+          std::fill(gd.begin(), gd.end(), static_cast<double>(ctx.rank) * 2);
+          // Backward produces gradients in reverse order, with a shuffle within (the order
+          // must not matter); every rank uses its own order.
+          std::vector<size_t> order(params.size());
+          std::iota(order.rbegin(), order.rend(), size_t{0});
+          std::mt19937 rng(static_cast<unsigned>(ctx.rank * 31 + step));
+          std::shuffle(order.begin() + 2, order.end(), rng);
+          for (size_t k : order) RANK_WEFT(ctx, reducer.markReady(k));
+          RANK_WEFT(ctx, reducer.finish());
+          RANK_CHECK(ctx, reducer.bucketsStartedEarly() > 0, "no bucket started before finish()");
+          const float mean = static_cast<float>(ctx.nranks - 1) / 2.0f;
+          size_t wrong = 0;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            for (size_t j = 0; j < sizes[i]; ++j) wrong += grads[i][j] != mean + static_cast<float>(step + j % 5);
+          }
+          for (double g : gd) wrong += g != static_cast<double>(ctx.nranks - 1);
+          RANK_CHECK(ctx, wrong == 0, "step %d: %zu wrong averaged gradients", step, wrong);
+        }
+        // A gradient marked twice in one step is a usage error.
+        RANK_WEFT(ctx, reducer.markReady(0));
+        RANK_CHECK(ctx, reducer.markReady(0) == weftInvalidUsage, "double markReady accepted");
+        RANK_WEFT(ctx, reducer.finish());
+        RANK_WEFT(ctx, weftCommDestroy(comm));
+        return 0;
+      });
+      INFO(describeFailures(outcomes));
+      for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+    }
+  }
+}
+
+TEST_CASE("ddp: the sampler shards like torch's DistributedSampler", "[ddp]") {
+  for (size_t size : {0, 1, 10, 11, 100, 101}) {
+    for (int replicas : {1, 2, 3, 4}) {
+      for (bool dropLast : {false, true}) {
+        DYNAMIC_SECTION(size << " samples, " << replicas << " replicas, drop_last " << dropLast) {
+          const size_t expect = dropLast && size % static_cast<size_t>(replicas) != 0
+                                    ? size / static_cast<size_t>(replicas)
+                                    : (size + static_cast<size_t>(replicas) - 1) / static_cast<size_t>(replicas);
+          std::multiset<size_t> all;
+          std::vector<std::vector<size_t>> shards;
+          for (int r = 0; r < replicas; ++r) {
+            DistributedSampler s(size, replicas, r, true, 7, dropLast);
+            s.setEpoch(3);
+            shards.push_back(s.indices());
+            CHECK(s.numSamples() == expect);
+            CHECK(shards.back().size() == expect);
+            for (size_t i : shards.back()) {
+              CHECK(i < size);
+              all.insert(i);
+            }
+            // Deterministic per (seed, epoch).
+            DistributedSampler again(size, replicas, r, true, 7, dropLast);
+            again.setEpoch(3);
+            CHECK(again.indices() == shards.back());
+          }
+          std::set<size_t> distinct(all.begin(), all.end());
+          if (!dropLast) {
+            CHECK(distinct.size() == size);  // everything covered (padding repeats some)
+          } else {
+            CHECK(all.size() == distinct.size());  // disjoint
+          }
+          if (size >= 10 && replicas == 2) {
+            DistributedSampler other(size, replicas, 0, true, 7, dropLast);
+            other.setEpoch(4);
+            CHECK(other.indices() != shards[0]);  // reshuffled by set_epoch
+            DistributedSampler plain(size, replicas, 1, false, 7, dropLast);
+            CHECK(plain.indices().front() == 1);  // no shuffle: rank r takes r, r+R, ...
+          }
+        }
+      }
+    }
+  }
+}
