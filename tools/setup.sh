@@ -33,8 +33,12 @@ done
 #   iproute2 procps                   multi-host tests (network namespaces), process checks
 #   libhwloc-dev                      topology discovery (src/topo)
 #   clang libclang-rt-14-dev          libFuzzer builds of tests/fuzz (tools/fuzz.sh, .ci/run)
+#   python3-torch libtorch-dev        the torch.distributed backend (python/) and the C++ DDP example
+#   pybind11-dev python3-dev          ... its Python module
+#   zlib1g-dev dataset-fashion-mnist  the training examples' data (gzip'd IDX files)
 packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev python3
-  iproute2 procps libhwloc-dev clang libclang-rt-14-dev)
+  iproute2 procps libhwloc-dev clang libclang-rt-14-dev python3-torch libtorch-dev pybind11-dev python3-dev
+  zlib1g-dev dataset-fashion-mnist)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -94,7 +94,9 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
       const size_t k = b.params[slot];
       if (!ready_[k]) {
         const size_t esize = elementSize(params_[k].type);
-        std::memcpy(b.flat.data() + b.offsets[slot] * esize, params_[k].grad, params_[k].count * esize);
+        unsigned char* at = b.flat.data() + b.offsets[slot] * esize;
+        if (params_[k].grad != nullptr) std::memcpy(at, params_[k].grad, params_[k].count * esize);
+        else std::memset(at, 0, params_[k].count * esize);  // no gradient at all: it contributes zero
       }
     }
     weftResult_t one = start(b);
@@ -107,7 +109,9 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t k = b.params[slot];
       void* out = k < gradOut.size() && gradOut[k] != nullptr ? gradOut[k] : params_[k].grad;
-      if (rc == weftSuccess) std::memcpy(out, b.flat.data() + b.offsets[slot] * esize, params_[k].count * esize);
+      if (rc == weftSuccess && out != nullptr) {
+        std::memcpy(out, b.flat.data() + b.offsets[slot] * esize, params_[k].count * esize);
+      }
     }
     b.pending = b.params.size();
     b.started = false;

@@ -1,0 +1,87 @@
+// libtorch adapter for the DDP layer (header-only; needs libtorch and libweft_ddp):
+//
+//   weft::ddp::TorchDDP ddp(comm, *model);   // broadcasts rank 0's parameters and buffers
+//   loss.backward();                         // hooks feed each gradient to the reducer as it lands
+//   ddp.finish();                            // gradients averaged over the ranks
+//   optimizer.step();
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "weft/ddp.hpp"
+
+namespace weft::ddp {
+
+inline weftDataType_t torchToWeft(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return weftFloat32;
+    case torch::kDouble: return weftFloat64;
+    case torch::kHalf: return weftFloat16;
+    case torch::kBFloat16: return weftBfloat16;
+    case torch::kInt: return weftInt32;
+    case torch::kLong: return weftInt64;
+    case torch::kByte: return weftUint8;
+    case torch::kChar: return weftInt8;
+    default: throw std::invalid_argument("weft ddp: unsupported tensor type");
+  }
+}
+
+class TorchDDP {
+ public:
+  TorchDDP(weftComm_t comm, torch::nn::Module& module, size_t bucketCapBytes = Reducer::kDefaultBucketCapBytes)
+      : comm_(comm), params_(module.parameters()), buffers_(module.buffers()) {
+    std::vector<Parameter> raw;
+    for (auto& p : params_) {
+      if (!p.is_contiguous() || !p.device().is_cpu()) throw std::invalid_argument("weft ddp: CPU contiguous parameters only");
+      raw.push_back({p.data_ptr(), nullptr, static_cast<size_t>(p.numel()), torchToWeft(p)});
+    }
+    reducer_ = std::make_unique<Reducer>(comm, std::move(raw), bucketCapBytes);
+    check(reducer_->broadcastParameters(), "broadcasting parameters");
+    syncBuffers();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].register_hook([this, i](torch::Tensor grad) {
+        torch::Tensor dense = grad.contiguous();
+        check(reducer_->markReady(i, dense.data_ptr()), "starting a gradient bucket");
+      });
+    }
+  }
+
+  // Rank 0's buffers (batch-norm statistics) everywhere, as DDP does before each forward.
+  void syncBuffers() {
+    for (auto& b : buffers_) {
+      check(weftBcast(b.data_ptr(), static_cast<size_t>(b.numel()), torchToWeft(b), 0, comm_, nullptr),
+            "broadcasting buffers");
+    }
+  }
+
+  // After backward: waits for every bucket and puts the averaged gradients in .grad().
+  void finish() {
+    std::vector<void*> out;
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      out.push_back(p.grad().data_ptr());
+    }
+    check(reducer_->finish(out), "averaging gradients");
+  }
+
+  const Reducer& reducer() const { return *reducer_; }
+
+ private:
+  void check(weftResult_t rc, const char* what) const {
+    if (rc != weftSuccess) {
+      throw std::runtime_error(std::string("weft ddp: ") + what + ": " + weftGetErrorString(rc) + ": " +
+                               weftGetLastError(comm_));
+    }
+  }
+
+  weftComm_t comm_;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> buffers_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+}  // namespace weft::ddp
