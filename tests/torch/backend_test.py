@@ -17,6 +17,82 @@ def check(cond, what):
         raise AssertionError(f"rank {dist.get_rank()}: {what}")
 
 
+def compare_with_gloo(rank, n):
+    """Every operation once through the weft default group and once through a gloo group over
+    the same ranks, with the same inputs: the outputs must agree."""
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(1234 + rank)
+    base = torch.randint(-50, 50, (n * 6,), dtype=torch.int64).float()
+
+    def both(fn):
+        out = [fn(None), fn(gloo)]
+        return out
+
+    def run_all_reduce(group, op):
+        t = base.clone()
+        dist.all_reduce(t, op=op, group=group)
+        return t
+
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+        a, b = both(lambda g: run_all_reduce(g, op))
+        check(torch.equal(a, b), f"all_reduce {op} differs from gloo")
+
+    def run_broadcast(group):
+        t = base.clone()
+        dist.broadcast(t, src=n - 1, group=group)
+        return t
+
+    def run_reduce(group):
+        t = base.clone()
+        dist.reduce(t, dst=0, group=group)
+        return t if rank == 0 else torch.zeros(1)
+
+    def run_all_gather(group):
+        out = [torch.zeros(6) for _ in range(n)]
+        dist.all_gather(out, base[:6].clone(), group=group)
+        return torch.cat(out)
+
+    def run_gather(group):
+        out = [torch.zeros(6) for _ in range(n)] if rank == 0 else None
+        dist.gather(base[:6].clone(), gather_list=out, dst=0, group=group)
+        return torch.cat(out) if rank == 0 else torch.zeros(1)
+
+    def run_scatter(group):
+        out = torch.zeros(6)
+        dist.scatter(out, scatter_list=list(base.split(6)) if rank == 0 else None, src=0, group=group)
+        return out
+
+    def run_reduce_scatter(group):
+        if group is gloo:  # gloo has no reduce_scatter: its all_reduce, sliced, is the reference
+            t = base.clone()
+            dist.all_reduce(t, group=gloo)
+            return t.split(6)[rank].clone()
+        out = torch.zeros(6)
+        dist.reduce_scatter(out, list(base.clone().split(6)), group=group)
+        return out
+
+    def run_all_to_all(group):
+        out = torch.zeros(n * 6)
+        dist.all_to_all_single(out, base.clone(), group=group)
+        return out
+
+    def run_send_recv(group):
+        got = torch.zeros(6)
+        reqs = [dist.isend(base[:6].clone(), (rank + 1) % n, group=group),
+                dist.irecv(got, (rank - 1) % n, group=group)]
+        for r in reqs:
+            r.wait()
+        return got
+
+    for name, fn in (("broadcast", run_broadcast), ("reduce", run_reduce), ("all_gather", run_all_gather),
+                     ("gather", run_gather), ("scatter", run_scatter), ("reduce_scatter", run_reduce_scatter),
+                     ("all_to_all_single", run_all_to_all), ("send/recv", run_send_recv)):
+        if name == "send/recv" and n == 1:
+            continue
+        a, b = both(fn)
+        check(torch.equal(a, b), f"{name} differs from gloo: {a} vs {b}")
+
+
 def main():
     dist.init_process_group("weft", timeout=datetime.timedelta(seconds=60))
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -117,6 +193,8 @@ def main():
         t = torch.ones(3)
         dist.all_reduce(t, group=group)
         check(torch.all(t == len(evens)), f"subgroup all_reduce {t}")
+
+    compare_with_gloo(rank, n)
 
     # Errors come back as RuntimeError with Weft's words.
     try:
