@@ -10,6 +10,7 @@
 import argparse
 import gzip
 import os
+import time
 
 import numpy as np
 import torch
@@ -36,6 +37,12 @@ def load(directory, prefix):
     return TensorDataset(images, labels.long())
 
 
+def mlp():
+    """Communication-bound: 20.0M parameters (80 MB of gradients a step) for little compute."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                         nn.Linear(4096, 10))
+
+
 def model():
     return nn.Sequential(
         nn.Conv2d(1, 16, 5, padding=2), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
@@ -52,6 +59,8 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--save", default="fashion_mnist_model_py.pt")
+    parser.add_argument("--model", choices=("cnn", "mlp"), default="cnn",
+                        help="cnn: the seed model (default); mlp: a 20M-parameter MLP")
     args = parser.parse_args()
     if args.backend == "weft":
         import weft_torch  # noqa: F401  (registers the backend)
@@ -61,11 +70,12 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(1 + rank)  # DDP broadcasts rank 0's weights
     train, test = load(args.data, "train"), load(args.data, "t10k")
-    net = DDP(model())
+    net = DDP(model() if args.model == "cnn" else mlp())
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
     sampler = DistributedSampler(train, shuffle=True, seed=42)
     loader = DataLoader(train, batch_size=args.batch, sampler=sampler)
     step = 0
+    started = time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         net.train()
@@ -85,6 +95,8 @@ def main():
                     print(f"epoch {epoch + 1} step {step}: loss {mean.item():.4f} (mean over ranks)", flush=True)
                 total, count = 0.0, 0
 
+    elapsed = torch.tensor([time.perf_counter() - started])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     net.eval()
     test_sampler = DistributedSampler(test, shuffle=False, drop_last=True)
     correct = torch.zeros(2, dtype=torch.long)
@@ -100,7 +112,8 @@ def main():
     if rank == 0:
         print(f"test accuracy: {100.0 * correct[0].item() / correct[1].item():.2f}% ({correct[0].item()} of "
               f"{correct[1].item()}) after {step} steps on {world} ranks with {args.backend}; "
-              f"weights equal on every rank: {'yes' if same else 'NO'}")
+              f"weights equal on every rank: {'yes' if same else 'NO'}; training time {elapsed.item():.2f} s "
+              f"({elapsed.item() / max(step, 1) * 1000:.1f} ms a step, slowest rank)")
         torch.save(net.module.state_dict(), args.save)
     dist.barrier()
     dist.destroy_process_group()
