@@ -8,9 +8,9 @@
 #   collectives  3 hosts, weft-stress over every collective, every result verified
 #   shaped       the same with every host's link shaped: tc netem delay/loss/reordering where the
 #                kernel has netem, and a tbf rate limit (netem missing is reported, not failed)
-#   linkdown     a host's link goes down mid-run: every rank ends with an error, each within
-#                2 x WEFT_TIMEOUT_MS of the link going down; the times are printed
-#   kill         kill -9 of one rank mid-run: the survivors end with an error within 2 x timeout
+#   linkdown     a host's link goes down mid-run: every rank ends with weftRemoteError naming a
+#                peer, each within 2 x WEFT_TIMEOUT_MS of the link going down; the times are printed
+#   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
 #
 # Exit 77 (ctest: skipped) when network namespaces cannot be made (needs root / CAP_NET_ADMIN).
 set -euo pipefail
@@ -150,6 +150,9 @@ case $mode in
       ((elapsed > worst)) && worst=$elapsed
       if [[ $status == 0 ]]; then
         echo "rank $h finished as if nothing happened"
+        bad=1
+      elif ! grep -q "remote process exited or there was a network error" "$work/rank$h.log"; then
+        echo "rank $h did not report weftRemoteError"  # the error string of weftRemoteError
         bad=1
       fi
       grep -m1 -E "weft-stress: rank [0-9]+: " "$work/rank$h.log" || true
