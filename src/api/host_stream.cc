@@ -1,6 +1,9 @@
 // Host streams and their C API: weftStreamCreate / Destroy / Synchronize / Query.
 #include "api/host_stream.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "api/comm_handle.h"
 #include "api/handle_registry.h"
 #include "util/env.h"
@@ -88,8 +91,11 @@ extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
   if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamSynchronize: not a stream made by weftStreamCreate"));
   auto timeout = defaultTimeoutMs();
   if (!timeout.isOk()) return api::reportError(timeout.status());
-  // Each queued operation is bounded by its communicator's timeout; this wait is a backstop.
-  return api::reportError(s->synchronize(timeout.value()).withContext("weftStreamSynchronize"));
+  // Each queued operation ends by its communicator's deadline and reports why; this wait is only
+  // a backstop, so it outlasts that deadline (equal, it raced the operation's own, more precise
+  // error: a dead peer surfaced as "timed out" instead of naming the peer).
+  const int backstopMs = static_cast<int>(std::min<int64_t>(2 * static_cast<int64_t>(timeout.value()) + 1000, INT32_MAX));
+  return api::reportError(s->synchronize(backstopMs).withContext("weftStreamSynchronize"));
 }
 
 extern "C" WEFT_API weftResult_t weftStreamQuery(weftStream_t stream) {
