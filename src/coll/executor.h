@@ -47,7 +47,8 @@ struct ExecutionContext {
   std::chrono::microseconds spinTime{2000};
 };
 
-// operations.size() == schedule.operations; scratch holds schedule.scratchBytes.
+// operations: one per operation the schedule's steps name (a group's, else one); scratch holds
+// schedule.scratchBytes.
 Status executeSchedule(const Schedule& schedule, std::span<const OperationData> operations, void* scratch,
                        const ExecutionContext& context);
 

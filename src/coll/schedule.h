@@ -64,7 +64,6 @@ struct Schedule {
   std::vector<std::vector<uint32_t>> sendOrder;  // parallel to peers
   std::vector<std::vector<uint32_t>> recvOrder;  // parallel to peers
   const char* algorithm = "";
-  size_t operations = 1;  // buffers used: Buffer::send/recv(i) for i < operations
 };
 
 }  // namespace weft::coll

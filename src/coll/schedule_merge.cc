@@ -7,7 +7,6 @@ namespace weft::coll {
 Schedule mergeSchedules(const std::vector<const Schedule*>& parts) {
   Schedule out;
   out.algorithm = "group";
-  out.operations = parts.size();
   std::vector<std::vector<uint32_t>> sendOrder, recvOrder;
   auto peerSlot = [&](int peer) {
     auto it = std::find(out.peers.begin(), out.peers.end(), peer);

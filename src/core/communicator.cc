@@ -188,8 +188,9 @@ Status Communicator::connectFor(std::span<const CollectiveCall> calls, const cha
       peers.push_back(call.root);
     }
   }
-  if (everyone) {
+  if (everyone && !allConnected_) {
     WEFT_TRY(fail(mesh_.connectAll(deadline).withContext(what)));
+    allConnected_ = true;
     recvReduceEverywhere_ = true;
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == rank()) continue;
@@ -198,6 +199,7 @@ Status Communicator::connectFor(std::span<const CollectiveCall> calls, const cha
     }
     return Status::ok();
   }
+  if (everyone || peers.empty()) return Status::ok();
   return fail(mesh_.connectPeers(std::move(peers), deadline).withContext(what));
 }
 

@@ -34,7 +34,6 @@ class Communicator {
   int size() const { return mesh_.size(); }
   int timeoutMs() const { return config_.timeoutMs; }
 
-  const CommConfig& config() const { return config_; }
   // The CPUs of this rank's NUMA node, where its progress thread belongs (empty: unknown).
   const std::vector<unsigned>& progressCpus() const { return progressCpus_; }
 
@@ -57,7 +56,8 @@ class Communicator {
   coll::TuningConfig tuning_;
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
-  bool recvReduceEverywhere_ = false;  // every connection reduces on receipt (known after connectAll)
+  bool allConnected_ = false;           // connectAll has run and recvReduceEverywhere_ is known
+  bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
   std::vector<int> ring_;               // the planner's first channel: ring algorithms' rank order
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with
   std::vector<unsigned> progressCpus_;
