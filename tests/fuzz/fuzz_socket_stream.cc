@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "guarded_receives.h"
 #include "transport/socket/socket_connection.h"
 
 using namespace weft;
@@ -41,22 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<UniqueFd> streams;
   streams.push_back(std::move(reader));
   SocketConnection connection(1, "fuzz", std::move(streams));
-  constexpr size_t kGuard = 64;
-  std::vector<std::vector<uint8_t>> buffers;
-  for (uint16_t bytes : sizes) {
-    buffers.emplace_back(bytes + kGuard, 0xA5);
-    RequestId id;
-    if (!connection.postRecv(buffers.back().data(), bytes, tag, &id).isOk()) return 0;
-  }
   // Every round either moves bytes or reaches EOF (an error), so this ends well before the cap.
-  for (int round = 0; round < 100000 && connection.completedRecvs() < 2; ++round) {
-    bool progressed = false;
-    if (!connection.progress(&progressed).isOk()) break;
-  }
-  for (size_t b = 0; b < buffers.size(); ++b) {
-    for (size_t g = 0; g < kGuard; ++g) {
-      if (buffers[b][sizes[b] + g] != 0xA5) __builtin_trap();
-    }
-  }
+  weft::fuzz::receiveGuarded(connection, sizes, tag, 100000, false);
   return 0;
 }
