@@ -38,7 +38,7 @@ api::CommOp runBatch(std::vector<core::CollectiveCall> calls) {
 // other communicators of this very group (one thread driving several ranks), so they run side by
 // side on their progress threads while this thread waits for all.
 weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
-  std::vector<std::shared_ptr<api::HostStream>> waits;
+  std::vector<std::pair<std::shared_ptr<api::HostStream>, api::CommState*>> waits;
   weftResult_t result = weftSuccess;
   for (CommBatch& batch : batches) {
     auto stream = std::make_shared<api::HostStream>();
@@ -47,12 +47,11 @@ weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
       result = api::reportError(queued, batch.state.get());
       continue;
     }
-    waits.push_back(std::move(stream));
+    waits.emplace_back(std::move(stream), batch.state.get());
   }
-  for (size_t i = 0; i < waits.size(); ++i) {
-    // Each operation ends at its own deadline; this wait only needs to outlast it.
-    Status done = waits[i]->synchronize(batches[i].state->communicator->timeoutMs() * 2);
-    if (!done.isOk() && result == weftSuccess) result = api::reportError(done, batches[i].state.get());
+  for (auto& [stream, state] : waits) {
+    Status done = stream->synchronize(api::streamBackstopMs(state->communicator->timeoutMs()));
+    if (!done.isOk() && result == weftSuccess) result = api::reportError(done, state);
   }
   return result;
 }

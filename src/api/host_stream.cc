@@ -1,9 +1,6 @@
 // Host streams and their C API: weftStreamCreate / Destroy / Synchronize / Query.
 #include "api/host_stream.h"
 
-#include <algorithm>
-#include <cstdint>
-
 #include "api/comm_handle.h"
 #include "api/handle_registry.h"
 #include "util/env.h"
@@ -94,8 +91,7 @@ extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
   // Each queued operation ends by its communicator's deadline and reports why; this wait is only
   // a backstop, so it outlasts that deadline (equal, it raced the operation's own, more precise
   // error: a dead peer surfaced as "timed out" instead of naming the peer).
-  const int backstopMs = static_cast<int>(std::min<int64_t>(2 * static_cast<int64_t>(timeout.value()) + 1000, INT32_MAX));
-  return api::reportError(s->synchronize(backstopMs).withContext("weftStreamSynchronize"));
+  return api::reportError(s->synchronize(api::streamBackstopMs(timeout.value())).withContext("weftStreamSynchronize"));
 }
 
 extern "C" WEFT_API weftResult_t weftStreamQuery(weftStream_t stream) {

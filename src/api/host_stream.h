@@ -37,6 +37,13 @@ class HostStream {
   Status firstError_;
 };
 
+// How long a wait on a stream gives operations that each end by a deadline of timeoutMs: long
+// enough that the operation's own (more precise) error arrives first.
+inline int streamBackstopMs(int timeoutMs) {
+  const int64_t ms = 2 * static_cast<int64_t>(timeoutMs) + 1000;
+  return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
+}
+
 weftStream_t registerStream(std::shared_ptr<HostStream> stream);
 std::shared_ptr<HostStream> lookupStream(weftStream_t stream);
 std::shared_ptr<HostStream> unregisterStream(weftStream_t stream);
