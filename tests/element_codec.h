@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/float_formats.h"
+#include "kernels/float_formats.h"
 #include "weft/weft.h"
 
 namespace weft::test {

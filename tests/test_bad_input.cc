@@ -316,6 +316,8 @@ TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators 
     expect(weftCommInitAll(nullptr, 2, nullptr), weftInvalidArgument, "comms is NULL", "init-all NULL");
     weftComm_t few[1];
     expect(weftCommInitAll(few, 0, nullptr), weftInvalidArgument, "ndev must be at least 1", "init-all ndev 0");
+    const int noSuchGpu[1] = {4096};
+    expect(weftCommInitAll(few, 1, noSuchGpu), weftInvalidArgument, "is not a GPU of this process", "init-all devlist");
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   }));

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/float_formats.h"
+#include "kernels/float_formats.h"
 #include "kernels/cpu/reduce.h"
 
 using namespace weft::kernels;

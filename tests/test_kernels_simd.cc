@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/float_formats.h"
+#include "kernels/float_formats.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
 

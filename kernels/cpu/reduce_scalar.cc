@@ -18,7 +18,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/float_formats.h"
+#include "kernels/float_formats.h"
 
 namespace weft::kernels {
 namespace {

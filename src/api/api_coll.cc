@@ -5,6 +5,8 @@
 
 #include "api/comm_handle.h"
 #include "api/group.h"
+#include "api/buffer_use.h"
+#include "api/device_issue.h"
 #include "api/host_stream.h"
 #include "kernels/cpu/reduce.h"
 
@@ -28,52 +30,13 @@ Result<std::shared_ptr<api::CommState>> usableComm(weftComm_t comm, const char* 
   return state;
 }
 
-// Which buffers a rank uses, how large they are, and the one overlap NCCL allows (in place).
-struct BufferUse {
-  bool send = true, recv = true;
-  size_t sendBytes = 0, recvBytes = 0;
-  ptrdiff_t inPlaceOffset = 0;  // recv + offset == send is in place (only with both used)
-};
-
-Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, int rank, int nranks,
-                            size_t elementSize) {
-  BufferUse use;
-  const auto n = static_cast<size_t>(nranks);
-  const size_t bytes = call.count * elementSize;
-  const bool blocked = call.collective == Collective::AllGather || call.collective == Collective::ReduceScatter ||
-                       call.collective == Collective::AlltoAll || call.collective == Collective::Gather ||
-                       call.collective == Collective::Scatter;
-  if (blocked && call.count > SIZE_MAX / elementSize / n) {
-    return Status(weftInvalidArgument, formatString("%s: count %zu x %d ranks of %s overflows the address space", fn,
-                                                    call.count, nranks, kernels::dataTypeName(call.type)));
-  }
-  const size_t all = bytes * n;
-  const bool root = rank == call.root;
-  const auto myBlock = static_cast<ptrdiff_t>(bytes * static_cast<size_t>(rank));
-  switch (call.collective) {
-    case Collective::AllReduce: use.sendBytes = use.recvBytes = bytes; break;
-    case Collective::Broadcast: use.send = root; use.sendBytes = use.recvBytes = bytes; break;
-    case Collective::Reduce: use.recv = root; use.sendBytes = use.recvBytes = bytes; break;
-    case Collective::AllGather: use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; break;
-    case Collective::ReduceScatter: use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; break;
-    case Collective::AlltoAll: use.sendBytes = use.recvBytes = all; break;
-    case Collective::Gather:
-      use.recv = root; use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; break;
-    case Collective::Scatter:
-      use.send = root; use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; break;
-    case Collective::Send: use.recv = false; use.sendBytes = bytes; break;
-    case Collective::Recv: use.send = false; use.recvBytes = bytes; break;
-  }
-  return use;
-}
-
 Status checkBuffers(const char* fn, const core::CollectiveCall& call, int rank, int nranks) {
   const size_t size = kernels::dataTypeSize(call.type);
   if (call.count > SIZE_MAX / size) {
     return Status(weftInvalidArgument, formatString("%s: count %zu of %s overflows the address space", fn, call.count,
                                                     kernels::dataTypeName(call.type)));
   }
-  WEFT_ASSIGN_OR_RETURN(BufferUse use, bufferUse(fn, call, rank, nranks, size));
+  WEFT_ASSIGN_OR_RETURN(api::BufferUse use, api::bufferUse(fn, call, rank, nranks));
   if (call.count == 0) return Status::ok();
   if (use.send && call.send == nullptr) {
     return Status(weftInvalidArgument, formatString("%s: sendbuff is NULL with count %zu", fn, call.count));
@@ -136,9 +99,6 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
   std::memcpy(&rawType, &call.type, sizeof rawType);
   if (!kernels::isValidDataType(rawType)) {
     checked = Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, rawType));
-  } else if (stream != nullptr && !api::lookupStream(stream)) {
-    checked = Status(weftInvalidArgument,
-                     formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate", fn));
   } else if (call.root < 0 || call.root >= cs.nranks) {
     const bool p2p = call.collective == Collective::Send || call.collective == Collective::Recv;
     checked = Status(weftInvalidArgument, formatString("%s: %s %d is outside [0, %d)", fn, p2p ? "peer" : "root",
@@ -147,14 +107,33 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
     checked = resolveOp(fn, cs, op, &call);
   }
   if (checked.isOk()) checked = checkBuffers(fn, call, cs.rank, cs.nranks);
+  bool onDevice = false;
+  if (checked.isOk()) {
+    auto where = api::callIsOnDevice(fn, cs, call);
+    onDevice = where.isOk() && where.value();
+    checked = where.status();
+  }
+  // Device buffers run in a GPU stream's order (NULL: the default stream); host buffers now
+  // (NULL) or on a Weft host stream.
+  const bool hostStream = stream != nullptr && api::lookupStream(stream) != nullptr;
+  if (checked.isOk() && onDevice && hostStream) {
+    checked = Status(weftInvalidArgument,
+                     formatString("%s: device buffers need a GPU stream (cudaStream_t / hipStream_t), not a Weft "
+                                  "host stream", fn));
+  } else if (checked.isOk() && !onDevice && stream != nullptr && !hostStream) {
+    checked = Status(weftInvalidArgument,
+                     formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate (a GPU "
+                                  "stream needs device buffers)", fn));
+  }
   if (!checked.isOk()) {
     if (api::groupIsOpen()) api::failGroup(checked.code());
     return api::reportError(checked, &cs);
   }
   if (api::groupIsOpen()) {
-    api::addToGroup(state.take(), stream, call);
+    api::addToGroup(state.take(), stream, call, onDevice);
     return weftSuccess;
   }
+  if (onDevice) return api::issueOnDevice(state.take(), stream, fn, {call});
   return api::issue(state.take(), stream, fn, [call](core::Communicator& c) { return c.run(call); });
 }
 

@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include "api/comm_init.h"
+#include "api/device_issue.h"
+#include "gpu/device_memory.h"
 #include "api/group.h"
 #include "core/bootstrap.h"
 #include "core/launch_env.h"
@@ -36,8 +38,10 @@ Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* bloc
 }
 
 weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id, int nranks, int rank,
-                              const core::CommConfig& config, bool blocking, std::string removeWhenReady) {
+                              const core::CommConfig& config, bool blocking, std::string removeWhenReady,
+                              int device) {
   auto state = std::make_shared<CommState>();
+  state->device = device;
   state->rank = rank;
   state->nranks = nranks;
   state->removeWhenReady = std::move(removeWhenReady);
@@ -98,6 +102,7 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
   if (state->initThread.joinable()) state->initThread.join();
   state->engine.shutdown();  // queued work runs out (fast, once aborted); nothing new is accepted
+  api::releaseDeviceStaging(*state);
   state->communicator.reset();
   return weftSuccess;
 }
@@ -130,7 +135,7 @@ extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nr
   if (!checked.isOk()) return api::reportError(checked.withContext("weftCommInitRank"));
   auto id = core::decodeUniqueId(commId);
   if (!id.isOk()) return api::reportError(id.status().withContext("weftCommInitRank"));
-  return api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "");
+  return api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "", gpu::currentDevice());
 }
 
 extern "C" WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId commId, int rank) {
@@ -147,7 +152,7 @@ extern "C" WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm) {
   const core::LaunchInfo& info = launch.value();
   WEFT_INFO("rank %d of %d from %s, root %s", info.rank, info.nranks, info.launcher.c_str(),
             info.id.root.toString().c_str());
-  return api::initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove);
+  return api::initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove, gpu::currentDevice());
 }
 
 extern "C" WEFT_API weftResult_t weftCommDestroy(weftComm_t comm) {

@@ -5,18 +5,28 @@
 #include <vector>
 
 #include "api/comm_init.h"
+#include "gpu/device_memory.h"
 #include "api/group.h"
 #include "kernels/cpu/reduce.h"
 
 using namespace weft;
 
-extern "C" WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, const int* /*devlist*/) {
+extern "C" WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, const int* devlist) {
   constexpr const char* fn = "weftCommInitAll";
   if (comms == nullptr) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": comms is NULL"));
   if (ndev < 1) {
     return api::reportError(Status(weftInvalidArgument, formatString("%s: ndev must be at least 1, got %d", fn, ndev)));
   }
   std::fill(comms, comms + ndev, nullptr);
+  // devlist NULL: every rank uses the caller's current GPU, if any (ranks may share one).
+  const int devices = gpu::deviceCount();
+  for (int r = 0; devlist != nullptr && r < ndev; ++r) {
+    if (devlist[r] < 0 || devlist[r] >= devices) {
+      return api::reportError(Status(weftInvalidArgument, formatString("%s: devlist[%d] = %d is not a GPU of this process "
+                                                                       "(it sees %d)", fn, r, devlist[r], devices)));
+    }
+  }
+  const int current = gpu::currentDevice();
   auto config = core::defaultCommConfig();
   if (!config.isOk()) return api::reportError(config.status().withContext(fn));
   auto id = api::makeUniqueId();
@@ -30,7 +40,8 @@ extern "C" WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, co
     auto r = static_cast<size_t>(rank);
     try {
       threads.emplace_back([&, rank, r] {
-        results[r] = api::initCommunicator(&comms[r], id.value(), ndev, rank, config.value(), true, "");
+        results[r] = api::initCommunicator(&comms[r], id.value(), ndev, rank, config.value(), true, "",
+                                           devlist != nullptr ? devlist[r] : current);
         if (results[r] != weftSuccess) errors[r] = weftGetLastError(nullptr);
       });
     } catch (const std::system_error& e) {
@@ -125,5 +136,5 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
                             state.get());
   }
   const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
-  return api::initCommunicator(newcomm, id.value(), static_cast<int>(members.size()), newRank, newConfig, blocking, "");
+  return api::initCommunicator(newcomm, id.value(), static_cast<int>(members.size()), newRank, newConfig, blocking, "", state->device);
 }

@@ -17,6 +17,10 @@
 #include "core/progress_engine.h"
 #include "util/status.h"
 
+namespace weft::gpu {
+class StagingPool;
+}
+
 namespace weft::api {
 
 // An operator made by weftRedOpCreatePreMulSum; its weftRedOp_t is weftNumOps + its index.
@@ -42,6 +46,9 @@ struct CommState {
   int rank = -1;
   int nranks = 0;
   core::CommConfig config;  // what init was given (weftCommSplit inherits it)
+  int device = -1;          // the GPU current at init (-1: none); device buffers must be on it
+  std::mutex stagingMutex;
+  std::shared_ptr<gpu::StagingPool> staging;  // pinned memory for device buffers, made on first use
 };
 
 weftComm_t registerComm(std::shared_ptr<CommState> state);

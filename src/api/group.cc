@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "api/device_issue.h"
 #include "api/issue.h"
 
 using namespace weft;
@@ -13,6 +14,7 @@ struct GroupedCall {
   std::shared_ptr<api::CommState> state;
   weftStream_t stream;
   core::CollectiveCall call;
+  bool onDevice;  // device buffers: stream is a GPU stream
 };
 
 struct OpenGroup {
@@ -27,11 +29,17 @@ thread_local OpenGroup tlsGroup;
 struct CommBatch {
   std::shared_ptr<api::CommState> state;
   weftStream_t stream;
+  bool onDevice;
   std::vector<core::CollectiveCall> calls;
 };
 
 api::CommOp runBatch(std::vector<core::CollectiveCall> calls) {
   return [calls = std::move(calls)](core::Communicator& c) { return c.runGroup(calls); };
+}
+
+weftResult_t issueBatch(CommBatch& batch) {
+  if (batch.onDevice) return api::issueOnDevice(batch.state, batch.stream, "weftGroupEnd", std::move(batch.calls));
+  return api::issue(batch.state, batch.stream, "weftGroupEnd", runBatch(std::move(batch.calls)));
 }
 
 // Several communicators with work for the NULL stream: each may wait on its peers, which may be
@@ -62,8 +70,9 @@ namespace weft::api {
 
 bool groupIsOpen() { return tlsGroup.depth > 0; }
 
-void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call) {
-  tlsGroup.calls.push_back({std::move(state), stream, call});
+void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call,
+                bool onDevice) {
+  tlsGroup.calls.push_back({std::move(state), stream, call, onDevice});
 }
 
 void failGroup(weftResult_t code) {
@@ -97,27 +106,30 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   for (GroupedCall& g : group.calls) {
     auto it = std::find_if(batches.begin(), batches.end(), [&](const CommBatch& b) { return b.state == g.state; });
     if (it == batches.end()) {
-      batches.push_back({g.state, g.stream, {}});
+      batches.push_back({g.state, g.stream, g.onDevice, {}});
       it = batches.end() - 1;
     } else if (it->stream != g.stream) {
       return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: calls on one communicator used different "
                                                        "streams within a group; nothing was issued"),
                               g.state.get());
+    } else if (it->onDevice != g.onDevice) {
+      return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: calls on one communicator mixed device and host "
+                                                       "buffers within a group; nothing was issued"),
+                              g.state.get());
     }
     it->calls.push_back(g.call);
   }
-  if (batches.size() == 1) {
-    return api::issue(batches[0].state, batches[0].stream, "weftGroupEnd", runBatch(std::move(batches[0].calls)));
-  }
-  // Several communicators: queue the host-stream work first, then run the rest side by side.
+  if (batches.size() == 1) return issueBatch(batches[0]);
+  // Several communicators: queue the stream work (host or GPU) first, then run the rest side by
+  // side.
   weftResult_t result = weftSuccess;
   std::vector<CommBatch> blocking;
   for (CommBatch& batch : batches) {
-    if (batch.stream == nullptr) {
+    if (batch.stream == nullptr && !batch.onDevice) {
       blocking.push_back(std::move(batch));
       continue;
     }
-    weftResult_t r = api::issue(batch.state, batch.stream, "weftGroupEnd", runBatch(std::move(batch.calls)));
+    weftResult_t r = issueBatch(batch);
     if (result == weftSuccess) result = r;
   }
   weftResult_t r = runConcurrently(blocking);

@@ -9,7 +9,8 @@ namespace weft::api {
 
 bool groupIsOpen();
 // Adds a checked call to the calling thread's open group.
-void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call);
+void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call,
+                bool onDevice);
 // Records a failed call: weftGroupEnd will return this error and issue nothing.
 void failGroup(weftResult_t code);
 // Whether the calling thread's open group holds calls on this communicator.

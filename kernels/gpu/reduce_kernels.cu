@@ -1,0 +1,234 @@
+// The GPU reduction kernel: one source for nvcc and hipcc (see gpu_runtime.h). Each thread
+// reduces 16-byte packs of elements across the inputs in a grid-stride loop; a scalar loop takes
+// the tail, and everything when a pointer or the input stride is not 16-byte aligned.
+#include "kernels/gpu/reduce_kernels.h"  // first: the runtime's device intrinsics
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/float_formats.h"
+
+namespace weft::kernels::gpu {
+namespace {
+
+// How an element type is stored, and what it is reduced in.
+template <weftDataType_t T> struct Codec;
+template <typename S>
+struct Plain {
+  using Storage = S;
+  using Acc = S;
+  __device__ static Acc load(S v) { return v; }
+  __device__ static S store(Acc a) { return a; }
+};
+template <> struct Codec<weftInt8> : Plain<int8_t> {};
+template <> struct Codec<weftUint8> : Plain<uint8_t> {};
+template <> struct Codec<weftInt32> : Plain<int32_t> {};
+template <> struct Codec<weftUint32> : Plain<uint32_t> {};
+template <> struct Codec<weftInt64> : Plain<int64_t> {};
+template <> struct Codec<weftUint64> : Plain<uint64_t> {};
+template <> struct Codec<weftFloat32> : Plain<float> {};
+template <> struct Codec<weftFloat64> : Plain<double> {};
+template <typename S, float (*Load)(S), S (*Store)(float)>
+struct Narrow {
+  using Storage = S;
+  using Acc = float;
+  __device__ static float load(S v) { return Load(v); }
+  __device__ static S store(float a) { return Store(a); }
+};
+template <> struct Codec<weftFloat16> : Narrow<uint16_t, halfToFloat, floatToHalf> {};
+template <> struct Codec<weftBfloat16> : Narrow<uint16_t, bf16ToFloat, floatToBf16> {};
+template <> struct Codec<weftFloat8e4m3> : Narrow<uint8_t, fp8e4m3ToFloat, floatToFp8e4m3> {};
+template <> struct Codec<weftFloat8e5m2> : Narrow<uint8_t, fp8e5m2ToFloat, floatToFp8e5m2> {};
+
+// Integers wrap: arithmetic in the unsigned type of the same width (uint8_t promotes to int,
+// whose products of two bytes cannot overflow).
+template <typename A>
+__device__ A wrapAdd(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+template <typename A>
+__device__ A wrapMul(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+
+struct SumOp {
+  template <typename A> __device__ static A apply(A a, A b) { return wrapAdd(a, b); }
+};
+struct ProdOp {
+  template <typename A> __device__ static A apply(A a, A b) { return wrapMul(a, b); }
+};
+struct MaxOp {  // a NaN in either input wins (a != a only for NaN)
+  template <typename A> __device__ static A apply(A a, A b) { return (a > b || a != a) ? a : b; }
+};
+struct MinOp {
+  template <typename A> __device__ static A apply(A a, A b) { return (a < b || a != a) ? a : b; }
+};
+
+template <weftDataType_t T>
+struct Element {
+  using C = Codec<T>;
+  using S = typename C::Storage;
+  using A = typename C::Acc;
+
+  // The input as it enters the reduction: scaled (and, for narrow types, rounded) for PreMulSum.
+  __device__ static A pre(S v, bool scaled, S scalar) {
+    if (!scaled) return C::load(v);
+    return C::load(C::store(wrapMul(C::load(v), C::load(scalar))));
+  }
+  __device__ static S finish(A acc, uint64_t divisor) {
+    if (divisor <= 1) return C::store(acc);
+    if constexpr (std::is_integral_v<A>) {
+      if constexpr (std::is_signed_v<A>) return static_cast<S>(static_cast<int64_t>(acc) / static_cast<int64_t>(divisor));
+      return static_cast<S>(static_cast<uint64_t>(acc) / divisor);
+    } else {
+      return C::store(acc / static_cast<A>(divisor));
+    }
+  }
+};
+
+struct KernelParams {
+  const void* inputs;
+  size_t stride;
+  int nInputs;
+  void* out;
+  size_t count;
+  size_t packs;  // leading elements reduced as 16-byte packs (in packs); 0 when unaligned
+  uint64_t divisor;
+  const void* scalar;  // null: no PreMulSum
+};
+
+template <weftDataType_t T, class Op>
+__global__ void reduceKernel(KernelParams p) {
+  using E = Element<T>;
+  using S = typename E::S;
+  using A = typename E::A;
+  constexpr int kPack = 16 / sizeof(S);
+  union Pack {
+    uint4 raw;
+    S e[kPack];
+  };
+  const S* in = static_cast<const S*>(p.inputs);
+  S* out = static_cast<S*>(p.out);
+  const bool scaled = p.scalar != nullptr;
+  const S scalar = scaled ? *static_cast<const S*>(p.scalar) : S{};
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
+
+  for (size_t v = first; v < p.packs; v += step) {
+    A acc[kPack];
+    Pack pack;
+    pack.raw = reinterpret_cast<const uint4*>(in)[v];
+#pragma unroll
+    for (int e = 0; e < kPack; ++e) acc[e] = E::pre(pack.e[e], scaled, scalar);
+    for (int j = 1; j < p.nInputs; ++j) {
+      pack.raw = reinterpret_cast<const uint4*>(in + j * p.stride)[v];
+#pragma unroll
+      for (int e = 0; e < kPack; ++e) acc[e] = Op::apply(acc[e], E::pre(pack.e[e], scaled, scalar));
+    }
+#pragma unroll
+    for (int e = 0; e < kPack; ++e) pack.e[e] = E::finish(acc[e], p.divisor);
+    reinterpret_cast<uint4*>(out)[v] = pack.raw;
+  }
+  for (size_t i = p.packs * kPack + first; i < p.count; i += step) {
+    A acc = E::pre(in[i], scaled, scalar);
+    for (int j = 1; j < p.nInputs; ++j) acc = Op::apply(acc, E::pre(in[j * p.stride + i], scaled, scalar));
+    out[i] = E::finish(acc, p.divisor);
+  }
+}
+
+// Streaming multiprocessors (compute units) of each device, read once.
+int multiprocessorCount(int device) {
+  static std::atomic<int> cached[64];
+  if (device < 0 || device >= 64) return 16;
+  int sms = cached[device].load(std::memory_order_relaxed);
+  if (sms > 0) return sms;
+  if (gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, device) != gpuSuccess || sms <= 0) {
+    (void)gpuGetLastError();
+    sms = 16;
+  }
+  cached[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+template <weftDataType_t T, class Op>
+gpuError_t launch(const KernelParams& params, gpuStream_t stream) {
+  // 256 threads per block, up to 8 resident blocks per multiprocessor: enough loads in flight to
+  // saturate HBM on every device Weft targets, without a grid larger than the work.
+  constexpr unsigned kThreads = 256;
+  constexpr size_t kPack = 16 / sizeof(typename Element<T>::S);
+  int device = 0;
+  if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
+  const size_t work = params.packs + (params.count - params.packs * kPack);
+  const size_t maxBlocks = static_cast<size_t>(multiprocessorCount(device)) * 8;
+  size_t blocks = (work + kThreads - 1) / kThreads;
+  blocks = blocks < 1 ? 1 : blocks > maxBlocks ? maxBlocks : blocks;
+  reduceKernel<T, Op><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(params);
+  return gpuGetLastError();
+}
+
+template <weftDataType_t T>
+gpuError_t launchForOp(const KernelParams& params, weftRedOp_t op, gpuStream_t stream) {
+  switch (op) {
+    case weftSum:
+    case weftAvg: return launch<T, SumOp>(params, stream);
+    case weftProd: return launch<T, ProdOp>(params, stream);
+    case weftMax: return launch<T, MaxOp>(params, stream);
+    case weftMin: return launch<T, MinOp>(params, stream);
+    default: return gpuErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
+  if (args.count == 0) return gpuSuccess;
+  if (args.nInputs < 1) return gpuErrorInvalidValue;
+  size_t size = 0;
+  switch (args.type) {
+    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: size = 1; break;
+    case weftFloat16: case weftBfloat16: size = 2; break;
+    case weftInt32: case weftUint32: case weftFloat32: size = 4; break;
+    case weftInt64: case weftUint64: case weftFloat64: size = 8; break;
+    default: return gpuErrorInvalidValue;
+  }
+  KernelParams p{};
+  p.inputs = args.inputs;
+  p.stride = args.inputStride;
+  p.nInputs = args.nInputs;
+  p.out = args.out;
+  p.count = args.count;
+  p.divisor = args.op == weftAvg ? args.divisor : 1;
+  p.scalar = args.scalar;
+  const bool aligned = reinterpret_cast<uintptr_t>(args.inputs) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(args.out) % 16 == 0 &&
+                       (args.nInputs == 1 || (args.inputStride * size) % 16 == 0);
+  p.packs = aligned ? args.count * size / 16 : 0;
+  switch (args.type) {
+    case weftInt8: return launchForOp<weftInt8>(p, args.op, stream);
+    case weftUint8: return launchForOp<weftUint8>(p, args.op, stream);
+    case weftInt32: return launchForOp<weftInt32>(p, args.op, stream);
+    case weftUint32: return launchForOp<weftUint32>(p, args.op, stream);
+    case weftInt64: return launchForOp<weftInt64>(p, args.op, stream);
+    case weftUint64: return launchForOp<weftUint64>(p, args.op, stream);
+    case weftFloat16: return launchForOp<weftFloat16>(p, args.op, stream);
+    case weftFloat32: return launchForOp<weftFloat32>(p, args.op, stream);
+    case weftFloat64: return launchForOp<weftFloat64>(p, args.op, stream);
+    case weftBfloat16: return launchForOp<weftBfloat16>(p, args.op, stream);
+    case weftFloat8e4m3: return launchForOp<weftFloat8e4m3>(p, args.op, stream);
+    case weftFloat8e5m2: return launchForOp<weftFloat8e5m2>(p, args.op, stream);
+    default: return gpuErrorInvalidValue;
+  }
+}
+
+}  // namespace weft::kernels::gpu

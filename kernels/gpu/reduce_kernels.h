@@ -1,0 +1,35 @@
+// Element-wise reductions on the GPU for every weftDataType_t x weftRedOp_t: one kernel source
+// (reduce_kernels.cu) built by nvcc for NVIDIA and by hipcc for AMD.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/gpu/gpu_runtime.h"
+#include "weft/weft.h"
+
+namespace weft::kernels::gpu {
+
+// out[i] = op over j < nInputs of pre(inputs[j * inputStride + i]), for i < count, then divided by
+// `divisor` (Avg: the rank count; 1 otherwise). pre multiplies by *scalar (PreMulSum; read by the
+// kernel, so device-accessible) when scalar is non-null, and is the identity otherwise. Half, bfloat16 and fp8 accumulate in float and round
+// once, to nearest even (a scaled input is rounded before it is summed, as on the CPU); integers
+// wrap; float Max and Min return NaN if any input is NaN. `inputs` and `out` may be device memory
+// or mapped pinned host memory (read and written over the bus); out may alias inputs' first row.
+struct ReduceArgs {
+  const void* inputs = nullptr;
+  size_t inputStride = 0;  // elements between one input and the next
+  int nInputs = 1;
+  void* out = nullptr;
+  size_t count = 0;
+  weftDataType_t type = weftFloat32;
+  weftRedOp_t op = weftSum;  // Sum, Prod, Max or Min (Avg is Sum with divisor = rank count)
+  uint64_t divisor = 1;
+  const void* scalar = nullptr;  // PreMulSum: one element of `type`
+};
+
+// Launches the reduction on `stream` with a grid sized from the current device's properties.
+// Returns the runtime's launch error (gpuSuccess when queued).
+gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream);
+
+}  // namespace weft::kernels::gpu

@@ -1,0 +1,21 @@
+// Which buffers a rank uses in a call, how large they are, and the one overlap NCCL allows.
+#pragma once
+
+#include <cstddef>
+
+#include "core/collective_call.h"
+#include "util/status.h"
+
+namespace weft::api {
+
+struct BufferUse {
+  bool send = true, recv = true;
+  size_t sendBytes = 0, recvBytes = 0;
+  ptrdiff_t inPlaceOffset = 0;  // recv + offset == send is in place (only with both used)
+};
+
+// The call's type must be valid and count * its size must not overflow (checked before); an
+// error when count x nranks would.
+Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, int rank, int nranks);
+
+}  // namespace weft::api

@@ -1,0 +1,26 @@
+// What the rest of Weft asks of the GPU runtime before it treats a buffer as device memory.
+// In a build without CUDA or HIP every pointer is host memory and there is no current device.
+#pragma once
+
+#include <string>
+
+#include "util/status.h"
+
+namespace weft::gpu {
+
+// Whether this library was built with a GPU runtime (WEFT_CUDA or WEFT_HIP).
+bool builtWithGpu();
+
+// GPUs this process sees (0 without a GPU runtime or driver).
+int deviceCount();
+
+// The calling thread's current device, or -1 (no GPU runtime, or no device visible).
+int currentDevice();
+
+// Whether `ptr` is device memory (managed memory counts); *device is set to its device.
+bool isDeviceMemory(const void* ptr, int* device);
+
+// weftUnhandledCudaError carrying the runtime's own message: "<what>: <runtime error text>".
+Status runtimeError(int error, const std::string& what);
+
+}  // namespace weft::gpu

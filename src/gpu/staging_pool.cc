@@ -1,0 +1,110 @@
+#include "gpu/staging_pool.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+
+#include "gpu/device_memory.h"
+#include "util/log.h"
+
+namespace weft::gpu {
+
+StagingPool::~StagingPool() {
+  if (!allBuffers_.empty() || !allEvents_.empty()) {
+    WEFT_WARN("device staging: %zu pinned buffers and %zu events left allocated (operations were still in flight)",
+              allBuffers_.size(), allEvents_.size());
+  }
+}
+
+Result<PinnedBuffer> StagingPool::acquireBuffer(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The smallest free buffer that fits, unless it is far larger than needed.
+    auto best = freeBuffers_.end();
+    for (auto it = freeBuffers_.begin(); it != freeBuffers_.end(); ++it) {
+      if (it->bytes >= bytes && it->bytes / 4 <= bytes && (best == freeBuffers_.end() || it->bytes < best->bytes)) {
+        best = it;
+      }
+    }
+    if (best != freeBuffers_.end()) {
+      PinnedBuffer found = *best;
+      freeBuffers_.erase(best);
+      return found;
+    }
+  }
+  PinnedBuffer buffer;
+  buffer.bytes = std::max<size_t>(std::bit_ceil(std::max<size_t>(bytes, 1)), 4096);
+  gpuError_t err = gpuHostAlloc(&buffer.host, buffer.bytes, gpuHostAllocMapped | gpuHostAllocPortable);
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();
+    return runtimeError(err, formatString("allocating %zu bytes of pinned staging memory", buffer.bytes));
+  }
+  err = gpuHostGetDevicePointer(&buffer.device, buffer.host, 0);
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();
+    (void)gpuFreeHost(buffer.host);
+    return runtimeError(err, "mapping pinned staging memory for the device");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  allBuffers_.push_back(buffer);
+  return buffer;
+}
+
+Result<gpuEvent_t> StagingPool::acquireEvent() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!freeEvents_.empty()) {
+      gpuEvent_t event = freeEvents_.back();
+      freeEvents_.pop_back();
+      return event;
+    }
+  }
+  gpuEvent_t event = nullptr;
+  gpuError_t err = gpuEventCreateWithFlags(&event, gpuEventDisableTiming);
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();
+    return runtimeError(err, "creating an event");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  allEvents_.push_back(event);
+  return event;
+}
+
+void StagingPool::release(const PinnedBuffer& buffer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  freeBuffers_.push_back(buffer);
+}
+
+void StagingPool::release(gpuEvent_t event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  freeEvents_.push_back(event);
+}
+
+void StagingPool::operationStarted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++inFlight_;
+}
+
+void StagingPool::operationEnded() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--inFlight_ == 0) ended_.notify_all();
+}
+
+bool StagingPool::drainAndFree(int timeoutMs) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!ended_.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return inFlight_ == 0; })) {
+    WEFT_WARN("device staging: %d operations still in flight after %d ms; their memory is not freed", inFlight_,
+              timeoutMs);
+    return false;
+  }
+  for (const PinnedBuffer& buffer : allBuffers_) (void)gpuFreeHost(buffer.host);
+  for (gpuEvent_t event : allEvents_) (void)gpuEventDestroy(event);
+  (void)gpuGetLastError();
+  allBuffers_.clear();
+  freeBuffers_.clear();
+  allEvents_.clear();
+  freeEvents_.clear();
+  return true;
+}
+
+}  // namespace weft::gpu

@@ -1,0 +1,58 @@
+// A communicator's pinned host memory and runtime events for collectives on device buffers.
+// Buffers are mapped (a kernel can read and write them over the bus) and reused; operations in
+// flight are counted, so that destroy frees nothing the GPU may still touch.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+#include "kernels/gpu/gpu_runtime.h"
+#include "util/status.h"
+
+namespace weft::gpu {
+
+struct PinnedBuffer {
+  void* host = nullptr;    // what the CPU (and the transports) use
+  void* device = nullptr;  // the same memory as a kernel addresses it
+  size_t bytes = 0;
+};
+
+class StagingPool {
+ public:
+  explicit StagingPool(int device) : device_(device) {}
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+  ~StagingPool();  // frees nothing: see drainAndFree
+
+  int device() const { return device_; }
+
+  // A buffer of at least `bytes`, reused when one is free. Call with the pool's device current.
+  Result<PinnedBuffer> acquireBuffer(size_t bytes);
+  Result<gpuEvent_t> acquireEvent();
+  // Give back; neither calls the runtime, so stream callbacks may return things.
+  void release(const PinnedBuffer& buffer);
+  void release(gpuEvent_t event);
+
+  // One more, or one fewer, operation in flight.
+  void operationStarted();
+  void operationEnded();
+
+  // Waits up to timeoutMs for every operation to end, then frees all buffers and events. If
+  // some are still in flight, frees nothing (a leak, logged, rather than memory the GPU may
+  // still write) and returns false.
+  bool drainAndFree(int timeoutMs);
+
+ private:
+  const int device_;
+  std::mutex mutex_;
+  std::condition_variable ended_;
+  int inFlight_ = 0;
+  std::vector<PinnedBuffer> freeBuffers_;
+  std::vector<PinnedBuffer> allBuffers_;
+  std::vector<gpuEvent_t> freeEvents_;
+  std::vector<gpuEvent_t> allEvents_;
+};
+
+}  // namespace weft::gpu
