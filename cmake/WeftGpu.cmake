@@ -81,6 +81,7 @@ elseif(WEFT_GPU_BACKEND STREQUAL "HIP")
   set(WEFT_GPU_EXTRA_OBJECTS ${hip_object})
 endif()
 
+set(WEFT_GPU_BACKEND_BUILT "${WEFT_GPU_BACKEND}" CACHE INTERNAL "The GPU path this tree builds (for .ci/run)")
 if(WEFT_GPU_BACKEND)
   target_sources(weft_objects PRIVATE src/gpu/staging_pool.cc)
   target_compile_definitions(weft_objects PUBLIC ${WEFT_GPU_DEFINITIONS})

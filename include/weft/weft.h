@@ -79,7 +79,8 @@ typedef enum {
 
 /* Where a PreMulSum scalar lives: weftScalarHostImmediate copies the value when the operator
  * is created; weftScalarDevice reads it through the pointer each time a collective runs (any
- * memory the caller keeps valid; device memory once GPU buffers are supported). */
+ * memory the caller keeps valid, device memory included; with device buffers it is read in
+ * stream order). */
 typedef enum { weftScalarDevice = 0, weftScalarHostImmediate = 1 } weftScalarResidence_t;
 
 /* Opaque identifier of a communicator clique: the root's address and a random secret. Made by
@@ -91,9 +92,12 @@ typedef struct {
 
 typedef struct weftComm* weftComm_t;
 
-/* A stream: NULL means "complete before returning"; a host stream from weftStreamCreate means
- * "queue it and return at once" (the buffers must stay valid until the stream has finished it).
- * Later releases accept GPU streams (cudaStream_t / hipStream_t) here too. */
+/* A stream. With host buffers: NULL means "complete before returning"; a host stream from
+ * weftStreamCreate means "queue it and return at once" (the buffers must stay valid until the
+ * stream has finished it). With device buffers (in a Weft built with CUDA or HIP), it is a
+ * cudaStream_t / hipStream_t (NULL: the default stream): the call returns at once and completes
+ * in that stream's order, like NCCL; failures show in weftCommGetAsyncError. Ranks that one
+ * thread drives (weftCommInitAll, or several communicators) need a stream each. */
 typedef void* weftStream_t;
 
 /* Communicator configuration. Always start from WEFT_CONFIG_INITIALIZER, then set fields. */
@@ -121,14 +125,17 @@ WEFT_API weftResult_t weftGetVersion(int* version);
  * every rank has joined (or the timeout passes). */
 WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId);
 
-/* Creates this rank's communicator; collective over all nranks ranks holding the same id. */
+/* Creates this rank's communicator; collective over all nranks ranks holding the same id. The
+ * communicator is bound to the calling thread's current GPU, if any: its device buffers must be
+ * there (several ranks may share a GPU). */
 WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId commId,
                                        int rank);
 WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nranks, weftUniqueId commId,
                                              int rank, weftConfig_t* config);
 
 /* Creates ndev communicators of one clique in this process, ranks 0..ndev-1 (one thread each
- * during init). devlist may be NULL; host-memory communicators do not use it. */
+ * during init), rank i bound to GPU devlist[i]; with devlist NULL, all to the current GPU (if
+ * any). Host-memory communicators do not use it. */
 WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, const int* devlist);
 
 /* Splits comm into disjoint communicators, one per color; collective over comm. Ranks order by

@@ -19,6 +19,7 @@
 
 #include "check_data.h"
 #include "collectives.h"
+#include "device_buffers.h"
 #include "perf_common.h"
 #include "weft/weft.h"
 
@@ -39,6 +40,7 @@ struct Options : CommonOptions {
   std::vector<const DataType*> types;
   std::vector<const RedOp*> ops;
   int root = 0;
+  bool gpu = false;  // buffers in device memory, calls on a GPU stream
 };
 
 void printUsage() {
@@ -62,6 +64,9 @@ void printUsage() {
       "  -d, --datatype TYPE     int8 uint8 int32 uint32 int64 uint64 half float double\n"
       "                          bfloat16 f8e4m3 f8e5m2, or all (default float)\n"
       "  -r, --root N            root of broadcast, reduce, gather and scatter (default 0)\n"
+      "  -G, --gpu               buffers in GPU memory (the launcher's local rank picks the\n"
+      "                          GPU, modulo those visible), calls on a GPU stream; time\n"
+      "                          includes the stream's completion\n"
       "  -J, --json FILE         also write the rows to FILE as a JSON array\n"
       "  -h, --help              print this help\n"
       "\n"
@@ -97,11 +102,12 @@ std::string redOpNames() {
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
 int parseArgs(int argc, char** argv, Options* options) {
-  static const std::string kShortOptions = weftperf::shortOptions("o:d:r:h");
+  static const std::string kShortOptions = weftperf::shortOptions("o:d:r:Gh");
   static const std::vector<option> kLongOptions = weftperf::longOptions({
       {"op", required_argument, nullptr, 'o'},
       {"datatype", required_argument, nullptr, 'd'},
       {"root", required_argument, nullptr, 'r'},
+      {"gpu", no_argument, nullptr, 'G'},
       {"help", no_argument, nullptr, 'h'},
   });
   opterr = 0;  // we print our own messages
@@ -141,6 +147,9 @@ int parseArgs(int argc, char** argv, Options* options) {
         options->root = static_cast<int>(root);
         break;
       }
+      case 'G':
+        options->gpu = true;
+        break;
       case 'h':
         if (!launcherSaysNotRankZero()) printUsage();
         return kExitOk;
@@ -178,6 +187,11 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<unsigned char[], FreeDeleter>;
 
+struct DeviceDeleter {
+  void operator()(unsigned char* p) const { gpu::release(p); }
+};
+using DeviceBuffer = std::unique_ptr<unsigned char[], DeviceDeleter>;
+
 Buffer allocateBuffer(size_t bytes) {
   constexpr size_t kAlign = 4096;
   const size_t rounded = (bytes / kAlign + 1) * kAlign;  // never zero
@@ -190,6 +204,9 @@ class Benchmark {
  public:
   Benchmark(weftComm_t comm, int rank, int nranks, const Options& options)
       : comm_(comm), rank_(rank), nranks_(nranks), options_(options), collective_(*options.collective) {}
+  ~Benchmark() {
+    if (stream_ != nullptr) gpu::destroyStream(stream_);
+  }
 
   // Runs the whole sweep; throws WeftError when a Weft call fails. Returns the exit status.
   int run();
@@ -202,10 +219,12 @@ class Benchmark {
     const RedOp& op;
     const CheckPattern& pattern;
     size_t count;  // the row's elements
-    const void* send = nullptr;
+    const void* send = nullptr;  // what the call gets (device memory with --gpu)
     unsigned char* recv = nullptr;
     size_t sendElements = 0, recvElements = 0;
     unsigned char* guard = nullptr;  // kGuardBytes that must stay poisoned
+    unsigned char* checkRecv = nullptr;  // where the check reads recv and guard (host memory)
+    unsigned char* checkGuard = nullptr;
   };
 
   void call(weftResult_t result, const char* what) const;
@@ -228,6 +247,10 @@ class Benchmark {
   const Collective& collective_;
   Buffer send_;  // this rank's input pattern, maxBytes
   Buffer recv_;  // maxBytes plus the guard
+  // --gpu: the calls' buffers (send_ and recv_ then hold the input and a copy of the output)
+  DeviceBuffer deviceSend_;
+  DeviceBuffer deviceRecv_;
+  weftStream_t stream_ = nullptr;
   std::vector<Row> rows_;
   long long outOfBounds_ = 0;
   bool checkFailed_ = false;
@@ -274,9 +297,9 @@ void Benchmark::printPreamble() {
   const Sweep& sweep = options_.sweep;
   std::printf("# weft-perf %s: Weft %d.%d.%d, %d ranks\n", collective_.name, version / 10000,
               version / 100 % 100, version % 100, nranks_);
-  std::printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %ld iters: %ld validation: %d\n",
+  std::printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %ld iters: %ld validation: %d buffers: %s\n",
               sweep.minBytes, sweep.maxBytes, sweep.describeStep().c_str(), options_.warmupIters,
-              options_.iters, options_.check ? 1 : 0);
+              options_.iters, options_.check ? 1 : 0, options_.gpu ? "gpu" : "host");
   std::printf("#\n# Using ranks:\n");
   for (int r = 0; r < nranks_; ++r) {
     const uint8_t* slot = slots.data() + static_cast<size_t>(r) * kHostSlotBytes;
@@ -297,6 +320,11 @@ int Benchmark::run() {
   const size_t maxBytes = options_.sweep.maxBytes;
   send_ = allocateBuffer(maxBytes);
   recv_ = allocateBuffer(maxBytes + kGuardBytes);
+  if (options_.gpu) {
+    deviceSend_.reset(static_cast<unsigned char*>(gpu::allocate(maxBytes)));
+    deviceRecv_.reset(static_cast<unsigned char*>(gpu::allocate(maxBytes + kGuardBytes)));
+    stream_ = gpu::createStream();
+  }
 
   printPreamble();
   if (rank_ == 0) printColumnHeader(stdout);
@@ -326,6 +354,7 @@ void Benchmark::runSweep(const DataType& type, const RedOp& op) {
   const CheckPattern pattern(type, collective_.reduces ? op.id : weftMax, nranks_);
   // The same data feeds the timed runs; every size uses a prefix of it.
   pattern.fill(send_.get(), rank_, options_.sweep.maxBytes / type.size);
+  if (options_.gpu) gpu::toDevice(deviceSend_.get(), send_.get(), options_.sweep.maxBytes);
   const size_t multiple = collective_.blocked ? static_cast<size_t>(nranks_) : 1;
   for (size_t size : options_.sweep.sizes()) {
     const size_t count = size / type.size / multiple * multiple;
@@ -357,23 +386,29 @@ Benchmark::Placement Benchmark::place(bool inPlace, const DataType& type, const 
   const BufferLayout layout = layoutFor(collective_, inPlace, count, nranks_, rank_, options_.root);
   p.sendElements = layout.sendElements;
   p.recvElements = layout.recvElements;
-  unsigned char* arena = recv_.get();
-  p.send = inPlace ? arena + layout.sendBegin * type.size : send_.get();
+  unsigned char* arena = options_.gpu ? deviceRecv_.get() : recv_.get();
+  const void* send = options_.gpu ? deviceSend_.get() : send_.get();
+  p.send = inPlace ? arena + layout.sendBegin * type.size : send;
   p.recv = arena + layout.recvBegin * type.size;
   p.guard = arena + layout.guardBegin * type.size;
+  p.checkRecv = recv_.get() + layout.recvBegin * type.size;
+  p.checkGuard = recv_.get() + layout.guardBegin * type.size;
   return p;
 }
 
 // In place, the input goes where the call will read it (the output buffer).
 void Benchmark::loadInput(const Placement& p) {
-  if (p.inPlace && p.sendElements > 0) {
+  if (!p.inPlace || p.sendElements == 0) return;
+  if (options_.gpu) {
+    gpu::toDevice(const_cast<void*>(p.send), send_.get(), p.sendElements * p.type.size);
+  } else {
     std::memcpy(const_cast<void*>(p.send), send_.get(), p.sendElements * p.type.size);
   }
 }
 
 void Benchmark::issue(const Placement& p) {
   call(runCollective({collective_, p.send, p.recv, p.count, p.type, p.op.id, options_.root, comm_, rank_, nranks_,
-                      p.inPlace}),
+                      p.inPlace, stream_}),
        collective_.name);
 }
 
@@ -386,9 +421,11 @@ Measurement Benchmark::measure(const Placement& p) {
 
 double Benchmark::timeCollective(const Placement& p) {
   for (long i = 0; i < options_.warmupIters; ++i) issue(p);
+  if (options_.gpu) gpu::synchronize(stream_);
   barrier();
   const auto start = std::chrono::steady_clock::now();
   for (long i = 0; i < options_.iters; ++i) issue(p);
+  if (options_.gpu) gpu::synchronize(stream_);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   const double us = std::chrono::duration<double, std::micro>(elapsed).count();
   return maxOverRanks(us / static_cast<double>(options_.iters));
@@ -397,20 +434,33 @@ double Benchmark::timeCollective(const Placement& p) {
 // One run on freshly prepared buffers: the output poisoned (in place: the input restored), the
 // guard poisoned. Returns the wrong elements over all ranks and adds up stray writes.
 long long Benchmark::checkedRun(const Placement& p) {
-  if (!p.inPlace) std::memset(p.recv, kPoison, p.recvElements * p.type.size);
-  loadInput(p);
-  std::memset(p.guard, kPoison, kGuardBytes);
-  issue(p);
+  if (options_.gpu) {
+    if (!p.inPlace) gpu::fill(p.recv, kPoison, p.recvElements * p.type.size);
+    loadInput(p);
+    gpu::fill(p.guard, kPoison, kGuardBytes);
+    issue(p);
+    gpu::synchronize(stream_);
+    gpu::toHost(p.checkRecv, p.recv, p.recvElements * p.type.size);
+    gpu::toHost(p.checkGuard, p.guard, kGuardBytes);
+    weftResult_t async = weftSuccess;
+    call(weftCommGetAsyncError(comm_, &async), "weftCommGetAsyncError");
+    call(async, collective_.name);
+  } else {
+    if (!p.inPlace) std::memset(p.recv, kPoison, p.recvElements * p.type.size);
+    loadInput(p);
+    std::memset(p.guard, kPoison, kGuardBytes);
+    issue(p);
+  }
 
   long long counts[2] = {0, 0};
   if (collective_.hasResult(rank_, options_.root)) {
-    counts[0] = static_cast<long long>(p.pattern.countMismatches(p.recv, p.recvElements, [&](size_t i) {
+    counts[0] = static_cast<long long>(p.pattern.countMismatches(p.checkRecv, p.recvElements, [&](size_t i) {
       return expectedElement(collective_, p.pattern, p.count, nranks_, rank_, options_.root, i);
     }));
   }
   for (size_t offset = 0; offset < kGuardBytes; offset += p.type.size) {
     for (size_t b = 0; b < p.type.size; ++b) {
-      if (p.guard[offset + b] != kPoison) {
+      if (p.checkGuard[offset + b] != kPoison) {
         ++counts[1];
         break;
       }
@@ -429,6 +479,10 @@ int main(int argc, char** argv) {
   Options options;
   if (const int status = parseArgs(argc, argv, &options); status >= 0) return status;
 
+  if (std::string error; options.gpu && !gpu::selectDevice(&error)) {
+    std::fprintf(stderr, "weft-perf: %s\n", error.c_str());
+    return kExitFailure;
+  }
   weftComm_t comm = nullptr;
   if (const weftResult_t r = weftCommInitFromEnv(&comm); r != weftSuccess) {
     std::fprintf(stderr, "weft-perf: weftCommInitFromEnv failed: %s: %s\n",
@@ -451,6 +505,10 @@ int main(int argc, char** argv) {
     Benchmark benchmark(comm, rank, nranks, options);
     status = benchmark.run();
   } catch (const WeftError& e) {
+    std::fprintf(stderr, "weft-perf: rank %d: %s\n", rank, e.what());
+    weftCommAbort(comm);
+    return kExitFailure;
+  } catch (const std::runtime_error& e) {  // the GPU runtime, with --gpu
     std::fprintf(stderr, "weft-perf: rank %d: %s\n", rank, e.what());
     weftCommAbort(comm);
     return kExitFailure;
