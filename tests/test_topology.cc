@@ -175,15 +175,18 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
             }
             CHECK(roots == 1);
           }
-          // Transports: shared memory within a host, sockets between hosts.
+          // Transports: shared memory within a host, sockets between hosts; device buffers go
+          // over CUDA IPC within a host and are staged between hosts.
           for (int a = 0; a < n; ++a) {
             for (int b = 0; b < n; ++b) {
               const auto t = plan.transport[static_cast<size_t>(a)][static_cast<size_t>(b)];
-              const auto want = a == b ? plan::Transport::Self
-                                : ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host
-                                    ? plan::Transport::Shm
-                                    : plan::Transport::Socket;
+              const bool sameHost = ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host;
+              const auto want = a == b ? plan::Transport::Self : sameHost ? plan::Transport::Shm : plan::Transport::Socket;
               CHECK(t == want);
+              const auto d = plan.deviceTransport[static_cast<size_t>(a)][static_cast<size_t>(b)];
+              CHECK(d == (a == b     ? plan::DeviceTransport::Self
+                          : sameHost ? plan::DeviceTransport::CudaIpc
+                                     : plan::DeviceTransport::Staged));
             }
           }
           // Every rank computes the same plan from the same facts.

@@ -57,6 +57,11 @@ using gpuEvent_t = hipEvent_t;
 #define gpuEventDestroy hipEventDestroy
 #define gpuPointerGetAttributes hipPointerGetAttributes
 using gpuPointerAttributes = hipPointerAttribute_t;
+using gpuIpcMemHandle_t = hipIpcMemHandle_t;
+#define gpuIpcGetMemHandle hipIpcGetMemHandle
+#define gpuIpcOpenMemHandle hipIpcOpenMemHandle
+#define gpuIpcCloseMemHandle hipIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
 
 #else  // CUDA
 
@@ -110,6 +115,11 @@ using gpuEvent_t = cudaEvent_t;
 #define gpuEventDestroy cudaEventDestroy
 #define gpuPointerGetAttributes cudaPointerGetAttributes
 using gpuPointerAttributes = cudaPointerAttributes;
+using gpuIpcMemHandle_t = cudaIpcMemHandle_t;
+#define gpuIpcGetMemHandle cudaIpcGetMemHandle
+#define gpuIpcOpenMemHandle cudaIpcOpenMemHandle
+#define gpuIpcCloseMemHandle cudaIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 
 #endif
 

@@ -98,7 +98,8 @@ struct Element {
 };
 
 struct KernelParams {
-  const void* inputs;
+  const void* inputs[kMaxListedInputs];  // input j: inputs[j], or inputs[0] + j * stride
+  bool listed;
   size_t stride;
   int nInputs;
   void* out;
@@ -106,6 +107,7 @@ struct KernelParams {
   size_t packs;  // leading elements reduced as 16-byte packs (in packs); 0 when unaligned
   uint64_t divisor;
   const void* scalar;  // null: no PreMulSum
+  const int* skipIf;
 };
 
 template <weftDataType_t T, class Op>
@@ -118,7 +120,9 @@ __global__ void reduceKernel(KernelParams p) {
     uint4 raw;
     S e[kPack];
   };
-  const S* in = static_cast<const S*>(p.inputs);
+  if (p.skipIf != nullptr && *static_cast<const volatile int*>(p.skipIf) != 0) return;
+  const S* in = static_cast<const S*>(p.inputs[0]);
+  auto input = [&](int j) { return p.listed ? static_cast<const S*>(p.inputs[j]) : in + j * p.stride; };
   S* out = static_cast<S*>(p.out);
   const bool scaled = p.scalar != nullptr;
   const S scalar = scaled ? *static_cast<const S*>(p.scalar) : S{};
@@ -132,7 +136,7 @@ __global__ void reduceKernel(KernelParams p) {
 #pragma unroll
     for (int e = 0; e < kPack; ++e) acc[e] = E::pre(pack.e[e], scaled, scalar);
     for (int j = 1; j < p.nInputs; ++j) {
-      pack.raw = reinterpret_cast<const uint4*>(in + j * p.stride)[v];
+      pack.raw = reinterpret_cast<const uint4*>(input(j))[v];
 #pragma unroll
       for (int e = 0; e < kPack; ++e) acc[e] = Op::apply(acc[e], E::pre(pack.e[e], scaled, scalar));
     }
@@ -142,7 +146,7 @@ __global__ void reduceKernel(KernelParams p) {
   }
   for (size_t i = p.packs * kPack + first; i < p.count; i += step) {
     A acc = E::pre(in[i], scaled, scalar);
-    for (int j = 1; j < p.nInputs; ++j) acc = Op::apply(acc, E::pre(in[j * p.stride + i], scaled, scalar));
+    for (int j = 1; j < p.nInputs; ++j) acc = Op::apply(acc, E::pre(input(j)[i], scaled, scalar));
     out[i] = E::finish(acc, p.divisor);
   }
 }
@@ -193,7 +197,7 @@ gpuError_t launchForOp(const KernelParams& params, weftRedOp_t op, gpuStream_t s
 
 gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
   if (args.count == 0) return gpuSuccess;
-  if (args.nInputs < 1) return gpuErrorInvalidValue;
+  if (args.nInputs < 1 || (args.listed && args.nInputs > kMaxListedInputs)) return gpuErrorInvalidValue;
   size_t size = 0;
   switch (args.type) {
     case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: size = 1; break;
@@ -203,16 +207,26 @@ gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
     default: return gpuErrorInvalidValue;
   }
   KernelParams p{};
-  p.inputs = args.inputs;
+  p.listed = args.listed;
+  if (args.listed) {
+    for (int j = 0; j < args.nInputs; ++j) p.inputs[j] = args.inputList[j];
+  } else {
+    p.inputs[0] = args.inputs;
+  }
   p.stride = args.inputStride;
   p.nInputs = args.nInputs;
   p.out = args.out;
   p.count = args.count;
   p.divisor = args.op == weftAvg ? args.divisor : 1;
   p.scalar = args.scalar;
-  const bool aligned = reinterpret_cast<uintptr_t>(args.inputs) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(args.out) % 16 == 0 &&
-                       (args.nInputs == 1 || (args.inputStride * size) % 16 == 0);
+  p.skipIf = args.skipIf;
+  bool aligned = reinterpret_cast<uintptr_t>(args.out) % 16 == 0;
+  if (args.listed) {
+    for (int j = 0; j < args.nInputs; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(args.inputList[j]) % 16 == 0;
+  } else {
+    aligned = aligned && reinterpret_cast<uintptr_t>(args.inputs) % 16 == 0 &&
+              (args.nInputs == 1 || (args.inputStride * size) % 16 == 0);
+  }
   p.packs = aligned ? args.count * size / 16 : 0;
   switch (args.type) {
     case weftInt8: return launchForOp<weftInt8>(p, args.op, stream);

@@ -16,20 +16,29 @@ namespace weft::kernels::gpu {
 // once, to nearest even (a scaled input is rounded before it is summed, as on the CPU); integers
 // wrap; float Max and Min return NaN if any input is NaN. `inputs` and `out` may be device memory
 // or mapped pinned host memory (read and written over the bus); out may alias inputs' first row.
+constexpr int kMaxListedInputs = 16;
+
 struct ReduceArgs {
   const void* inputs = nullptr;
   size_t inputStride = 0;  // elements between one input and the next
   int nInputs = 1;
+  // Or nInputs (<= kMaxListedInputs) inputs anywhere: peers' buffers, read over CUDA IPC.
+  bool listed = false;
+  const void* inputList[kMaxListedInputs] = {};
   void* out = nullptr;
   size_t count = 0;
   weftDataType_t type = weftFloat32;
   weftRedOp_t op = weftSum;  // Sum, Prod, Max or Min (Avg is Sum with divisor = rank count)
   uint64_t divisor = 1;
   const void* scalar = nullptr;  // PreMulSum: one element of `type`
+  // Device-accessible; when it holds non-zero as the kernel starts, the kernel does nothing (an
+  // operation that already failed must not read its peers' memory).
+  const int* skipIf = nullptr;
 };
 
 // Launches the reduction on `stream` with a grid sized from the current device's properties.
-// Returns the runtime's launch error (gpuSuccess when queued).
+// Returns the runtime's launch error (gpuSuccess when queued), or gpuErrorInvalidValue for an
+// invalid type, op or input count. With one input and no scaling it is a copy.
 gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream);
 
 }  // namespace weft::kernels::gpu

@@ -23,6 +23,8 @@ class StagingPool;
 
 namespace weft::api {
 
+struct DeviceIpc;  // device_ipc_allreduce.h
+
 // An operator made by weftRedOpCreatePreMulSum; its weftRedOp_t is weftNumOps + its index.
 struct PreMulSumOp {
   bool live = true;
@@ -49,6 +51,7 @@ struct CommState {
   int device = -1;          // the GPU current at init (-1: none); device buffers must be on it
   std::mutex stagingMutex;
   std::shared_ptr<gpu::StagingPool> staging;  // pinned memory for device buffers, made on first use
+  std::shared_ptr<DeviceIpc> ipc;             // GPU-to-GPU buffers, set up by the first use
 };
 
 weftComm_t registerComm(std::shared_ptr<CommState> state);

@@ -98,6 +98,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                 plan.transport[static_cast<size_t>(rank)], abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
   communicator->ring_ = plan.channels.front().ring;
+  communicator->deviceIpcEverywhere_ = std::all_of(
+      plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
+      [](plan::DeviceTransport d) { return d != plan::DeviceTransport::Staged; });
   // The model prices every algorithm by the slowest link any pair uses.
   bool anySocket = config.shm.policy == transport::ShmPolicy::Never;
   for (const auto& r : plan.transport) anySocket = anySocket || std::count(r.begin(), r.end(), plan::Transport::Socket) > 0;

@@ -34,6 +34,10 @@ class Communicator {
   int size() const { return mesh_.size(); }
   int timeoutMs() const { return config_.timeoutMs; }
 
+  // Whether the plan moves device buffers GPU to GPU (CUDA/HIP IPC) between every pair: all
+  // ranks on one host.
+  bool deviceIpcEverywhere() const { return deviceIpcEverywhere_; }
+
   // The CPUs of this rank's NUMA node, where its progress thread belongs (empty: unknown).
   const std::vector<unsigned>& progressCpus() const { return progressCpus_; }
 
@@ -59,6 +63,7 @@ class Communicator {
   bool allConnected_ = false;           // connectAll has run and recvReduceEverywhere_ is known
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
   std::vector<int> ring_;               // the planner's first channel: ring algorithms' rank order
+  bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with
   std::vector<unsigned> progressCpus_;
   std::chrono::microseconds spinTime_;

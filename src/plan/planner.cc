@@ -161,12 +161,20 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
   }
 
   plan.transport.assign(static_cast<size_t>(n), std::vector<Transport>(static_cast<size_t>(n), Transport::Socket));
+  plan.deviceTransport.assign(static_cast<size_t>(n),
+                              std::vector<DeviceTransport>(static_cast<size_t>(n), DeviceTransport::Staged));
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
       Transport& t = plan.transport[static_cast<size_t>(a)][static_cast<size_t>(b)];
-      if (a == b) t = Transport::Self;
-      else if (ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host && policy != TransportPolicy::Socket)
-        t = Transport::Shm;
+      DeviceTransport& d = plan.deviceTransport[static_cast<size_t>(a)][static_cast<size_t>(b)];
+      const bool sameHost = ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host;
+      if (a == b) {
+        t = Transport::Self;
+        d = DeviceTransport::Self;
+      } else if (sameHost) {
+        if (policy != TransportPolicy::Socket) t = Transport::Shm;
+        d = DeviceTransport::CudaIpc;
+      }
     }
   }
   return plan;
@@ -203,7 +211,13 @@ std::string describePlan(const Plan& plan, const std::vector<RankPlacement>& ran
   }
   out += "  pairs by transport:";
   for (const auto& [name, count] : edges) out += formatString(" %s %d", name.c_str(), count);
-  out += "\n";
+  int ipcPairs = 0, stagedPairs = 0;
+  for (size_t a = 0; a < plan.deviceTransport.size(); ++a) {
+    for (size_t b = a + 1; b < plan.deviceTransport.size(); ++b) {
+      (plan.deviceTransport[a][b] == DeviceTransport::CudaIpc ? ipcPairs : stagedPairs)++;
+    }
+  }
+  out += formatString("\n  device buffers: cuda-ipc %d, staged %d pairs\n", ipcPairs, stagedPairs);
   return out;
 }
 

@@ -21,6 +21,10 @@ namespace weft::plan {
 enum class Transport : uint8_t { Self, Shm, Socket };
 const char* transportName(Transport transport);
 
+// How device buffers move between a pair: GPU to GPU through CUDA/HIP IPC (ranks of one host),
+// or staged through pinned host memory over the host transport.
+enum class DeviceTransport : uint8_t { Self, CudaIpc, Staged };
+
 // What WEFT_TRANSPORT asks for: the planner's choice, sockets everywhere, or shared memory
 // between ranks of one host.
 enum class TransportPolicy : uint8_t { Auto, Socket, Shm };
@@ -41,6 +45,7 @@ struct Plan {
   std::vector<Channel> channels;
   std::array<Tree, 2> trees;
   std::vector<std::vector<Transport>> transport;  // [rank][rank]
+  std::vector<std::vector<DeviceTransport>> deviceTransport;  // [rank][rank]
 };
 
 Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy = TransportPolicy::Auto);

@@ -1,11 +1,17 @@
-// Collectives on device buffers, as processes sharing GPU 0 (1 to 4 ranks): every data type x
-// operator against a host reference, with fresh random data each run (the seed is printed),
-// poisoned outputs, odd counts, in-place calls, two streams and a group. Exits 77 (ctest: skipped)
-// with a message when no GPU is visible.
+// Collectives on device buffers, as processes sharing GPU 0 (1, 2, 3, 4 and 8 ranks): every data
+// type x operator against a host reference, with fresh random data each run (the seed is
+// printed), poisoned outputs, odd counts, in-place calls, two streams and a group. All-reduce goes
+// GPU to GPU over CUDA IPC (ranks on one host), and again staged through host memory; a rank
+// killed with SIGKILL gives the others an error. Exits 77 (ctest: skipped) with a message when no
+// GPU is visible.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -115,10 +121,12 @@ struct DeviceBuffer {
 };
 
 struct GpuRank {
-  explicit GpuRank(RankContext& c) : ctx(c) {
+  explicit GpuRank(RankContext& c, int timeoutMs = 0) : ctx(c) {
     RANK_CHECK(ctx, gpuSetDevice(0) == gpuSuccess, "cudaSetDevice(0)");
     for (auto& s : streams) RANK_CHECK(ctx, gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking) == gpuSuccess, "stream");
-    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    if (timeoutMs > 0) config.timeoutMs = timeoutMs;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
   }
   ~GpuRank() {
     weftCommDestroy(comm);
@@ -282,9 +290,48 @@ int badInput(RankContext& ctx) {
   return 0;
 }
 
-void runOnRanks(int (*body)(RankContext&)) {
+// A large all-reduce in many pieces (1 MiB IPC buffers): the two buffers alternate.
+int manyPieces(RankContext& ctx) {
+  setenv("WEFT_CUDA_IPC_BUFFER_BYTES", "1048576", 1);
+  GpuRank g(ctx);
+  const size_t count = (size_t{9} << 20) / 4 + 3;  // 9 MiB of float32 and a bit
+  std::vector<std::vector<double>> in;
+  for (int r = 0; r < ctx.nranks; ++r) in.push_back(inputOf(r, 5000, count, weftFloat32, weftSum));
+  std::vector<unsigned char> expect(count * 4);
+  for (size_t i = 0; i < count; ++i) reference(expect.data(), i, in, i, weftFloat32, weftSum, 1);
+  DeviceBuffer buf(count * 4);
+  for (int k = 0; k < 3; ++k) {  // back to back, in place, on alternating streams
+    buf.fill(encode(in[static_cast<size_t>(ctx.rank)], weftFloat32));
+    RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, count, weftFloat32, weftSum, g.comm, g.stream(k)));
+    g.sync(k);
+    RANK_CHECK(ctx, buf.read() == expect, "9 MiB all-reduce, round %d, seed %" PRIu64, k, runSeed());
+  }
+  return 0;
+}
+
+// The last rank dies (SIGKILL) after one all-reduce; the others' next one ends with an error
+// within the timeout, and their streams complete.
+int killedPeer(RankContext& ctx) {
+  constexpr int kTimeoutMs = 5000;
+  GpuRank g(ctx, kTimeoutMs);
+  DeviceBuffer buf(4096);
+  RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(0)));
+  g.sync(0);
+  if (ctx.rank == ctx.nranks - 1) raise(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(1)));
+  RANK_CHECK(ctx, gpuStreamSynchronize(g.stream(1)) == gpuSuccess, "the stream completes");
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  weftResult_t async = weftSuccess;
+  RANK_WEFT(ctx, weftCommGetAsyncError(g.comm, &async));
+  RANK_CHECK(ctx, async != weftSuccess, "an error after the peer died");
+  RANK_CHECK(ctx, waited.count() < 3 * kTimeoutMs, "error after %lld ms", static_cast<long long>(waited.count()));
+  return 0;
+}
+
+void runOnRanks(int (*body)(RankContext&), std::vector<int> rankCounts = {1, 2, 3, 4, 8}) {
   skipWithoutGpu();
-  for (int n = 1; n <= 4; ++n) {
+  for (int n : rankCounts) {
     INFO("ranks: " << n << ", seed " << runSeed());
     auto outcomes = runRanks(n, [body](RankContext& ctx) { return body(ctx); }, LaunchOptions{true, 600000});
     CHECK(describeFailures(outcomes).empty());
@@ -295,5 +342,18 @@ void runOnRanks(int (*body)(RankContext&)) {
 }  // namespace
 
 TEST_CASE("gpu: reductions on device buffers match a host reference", "[gpu]") { runOnRanks(reductions); }
+TEST_CASE("gpu: reductions staged through host memory (WEFT_CUDA_IPC=0)", "[gpu]") {
+  setenv("WEFT_CUDA_IPC", "0", 1);  // inherited by the ranks
+  runOnRanks(reductions, {2, 3});
+  unsetenv("WEFT_CUDA_IPC");
+}
+TEST_CASE("gpu: a large all-reduce over CUDA IPC in many pieces", "[gpu]") { runOnRanks(manyPieces, {2, 4}); }
 TEST_CASE("gpu: data-moving collectives on device buffers", "[gpu]") { runOnRanks(dataMovement); }
 TEST_CASE("gpu: mixed buffers and host streams are rejected", "[gpu]") { runOnRanks(badInput); }
+TEST_CASE("gpu: a rank killed with SIGKILL gives the others an error", "[gpu]") {
+  skipWithoutGpu();
+  auto outcomes = runRanks(3, killedPeer, LaunchOptions{true, 120000});
+  for (int r = 0; r < 2; ++r) CHECK(outcomes[static_cast<size_t>(r)].exitCode == 0);
+  CHECK(outcomes[2].signal == SIGKILL);
+  if (outcomes[0].exitCode != 0 || outcomes[1].exitCode != 0) FAIL(describeFailures(outcomes));
+}

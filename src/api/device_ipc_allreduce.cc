@@ -1,0 +1,193 @@
+#include "api/device_ipc_allreduce.h"
+
+#include <cstring>
+#include <vector>
+
+#include "api/device_operation.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/gpu/reduce_kernels.h"
+#include "util/env.h"
+#include "util/log.h"
+
+namespace weft::api {
+
+using coll::Collective;
+using transport::cuda_ipc::IpcBuffers;
+using transport::cuda_ipc::IpcHandle;
+using transport::cuda_ipc::kHandleBytes;
+
+namespace {
+
+constexpr int64_t kDefaultBufferBytes = int64_t{256} << 20;
+
+size_t alignUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
+
+core::CollectiveCall byteCall(Collective collective, const void* send, void* recv, size_t count) {
+  core::CollectiveCall call;
+  call.collective = collective;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.type = weftUint8;
+  return call;
+}
+
+// What each rank tells the others at set-up.
+struct SetUpRecord {
+  unsigned char ok = 0;
+  unsigned char handles[2][kHandleBytes] = {};
+};
+
+// Allocates and exports this rank's buffers, swaps handles with every rank, maps the peers'
+// buffers, and agrees with every rank on whether all of that worked everywhere.
+Status setUp(CommState& state) {
+  auto ipc = std::make_shared<DeviceIpc>();
+  SetUpRecord mine;
+  bool able = envString("WEFT_CUDA_IPC").value_or("1") != "0";
+  auto bytes = envInt("WEFT_CUDA_IPC_BUFFER_BYTES", 1 << 20, int64_t{1} << 40);
+  if (!bytes.isOk()) return bytes.status();
+  const auto bufferBytes = static_cast<size_t>(bytes.value().value_or(kDefaultBufferBytes));
+  for (int k = 0; k < 2 && able; ++k) {
+    auto made = IpcBuffers::allocate(bufferBytes);
+    if (!made.isOk()) {
+      WEFT_INFO("CUDA IPC off for this communicator: %s", made.status().message().c_str());
+      able = false;
+      break;
+    }
+    ipc->buffers[k] = made.take();
+    std::memcpy(mine.handles[k], ipc->buffers[k]->handle().data(), kHandleBytes);
+  }
+  mine.ok = able ? 1 : 0;
+
+  const auto n = static_cast<size_t>(state.nranks);
+  std::vector<SetUpRecord> all(n);
+  Status status = state.engine.runBlocking([&]() -> Status {
+    core::Communicator* c = state.communicator.get();
+    if (c == nullptr) return Status(weftInvalidUsage, "the communicator was destroyed");
+    ScopedDevice onDevice(state.device);
+    WEFT_TRY(c->run(byteCall(Collective::AllGather, &mine, all.data(), sizeof mine)));
+    bool everyone = true;
+    for (const SetUpRecord& r : all) everyone = everyone && r.ok == 1;
+    uint8_t opened = 0;
+    if (everyone) {
+      opened = 1;
+      for (int k = 0; k < 2 && opened == 1; ++k) {
+        std::vector<IpcHandle> handles(n);
+        for (size_t r = 0; r < n; ++r) std::memcpy(handles[r].data(), all[r].handles[k], kHandleBytes);
+        if (Status s = ipc->buffers[k]->openPeers(handles, state.rank); !s.isOk()) {
+          WEFT_INFO("CUDA IPC off for this communicator: %s", s.message().c_str());
+          opened = 0;
+        }
+      }
+    }
+    // Usable only if every rank mapped every buffer (a byte-wise min over ranks).
+    core::CollectiveCall agree = byteCall(Collective::AllReduce, &opened, &opened, 1);
+    agree.op = weftMin;
+    WEFT_TRY(c->run(agree));
+    ipc->usable = opened == 1;
+    return Status::ok();
+  });
+  if (!ipc->usable) {
+    ScopedDevice onDevice(state.device);
+    ipc->buffers[0].reset();
+    ipc->buffers[1].reset();
+  }
+  WEFT_TRY(status.withContext("setting up CUDA IPC"));
+  state.ipc = std::move(ipc);
+  return Status::ok();
+}
+
+CommOp barrier() {
+  return [](core::Communicator& c) {
+    uint8_t token = 0;
+    return c.run(byteCall(Collective::AllReduce, &token, &token, 1));
+  };
+}
+
+}  // namespace
+
+Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& call) {
+  if (call.collective != Collective::AllReduce || state.nranks < 2 || state.nranks > kernels::gpu::kMaxListedInputs ||
+      !state.communicator->deviceIpcEverywhere()) {
+    return false;
+  }
+  if (!state.ipc) WEFT_TRY(setUp(state));
+  return state.ipc->usable;
+}
+
+Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t stream, const char* fn,
+                           const core::CollectiveCall& call) {
+  DeviceIpc& ipc = *state->ipc;
+  const int n = state->nranks, rank = state->rank;
+  const auto un = static_cast<size_t>(n), urank = static_cast<size_t>(rank);
+  const size_t size = kernels::dataTypeSize(call.type);
+  const size_t pack = 16 / size;
+  // Pieces of whole blocks of whole 16-byte packs.
+  const size_t pieceCount = ipc.buffers[0]->bytes() / size / (un * pack) * (un * pack);
+
+  auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
+  WEFT_TRY(op->allocate(16));  // the PreMulSum scalar
+  const void* scalar = nullptr;
+  if (call.preMulSum) {
+    if (call.scalarAt != nullptr) {
+      WEFT_TRY(checkRuntime(gpuMemcpyAsync(op->hostStaging(), call.scalarAt, size, gpuMemcpyDefault, stream),
+                            "copying the PreMulSum scalar"));
+    } else {
+      std::memcpy(op->hostStaging(), call.scalarValue.data(), size);
+    }
+    scalar = op->deviceStaging();
+  }
+  const auto* send = static_cast<const unsigned char*>(call.send);
+  auto* recv = static_cast<unsigned char*>(call.recv);
+  for (size_t offset = 0; offset < call.count; offset += pieceCount) {
+    const size_t count = std::min(pieceCount, call.count - offset);
+    const size_t block = alignUp((count + un - 1) / un, pack);
+    IpcBuffers& buffers = *ipc.buffers[ipc.next];
+    ipc.next ^= 1;
+
+    WEFT_TRY(checkRuntime(gpuMemcpyAsync(buffers.of(rank), send + offset * size, count * size, gpuMemcpyDeviceToDevice,
+                                         stream),
+                          "copying sendbuff into the CUDA IPC buffer"));
+    WEFT_TRY(enqueueHostPhase(op, stream, barrier()));
+
+    kernels::gpu::ReduceArgs reduce;
+    reduce.listed = true;
+    reduce.nInputs = n;
+    reduce.inputList[0] = buffers.of(rank) + urank * block * size;  // its own first: out aliases it
+    for (int q = 0, j = 1; q < n; ++q) {
+      if (q != rank) reduce.inputList[j++] = buffers.of(q) + urank * block * size;
+    }
+    reduce.out = buffers.of(rank) + urank * block * size;
+    reduce.count = block;
+    reduce.type = call.type;
+    reduce.op = call.op;
+    reduce.divisor = un;
+    reduce.scalar = scalar;
+    reduce.skipIf = op->deviceSkipFlag();
+    WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(reduce, stream), "launching the reduce-scatter kernel"));
+    WEFT_TRY(enqueueHostPhase(op, stream, barrier()));
+
+    for (size_t q = 0; q < un; ++q) {
+      const size_t first = q * block;
+      if (first >= count) break;
+      kernels::gpu::ReduceArgs gather;
+      gather.listed = true;
+      gather.nInputs = 1;
+      gather.inputList[0] = buffers.of(static_cast<int>(q)) + first * size;
+      gather.out = recv + (offset + first) * size;
+      gather.count = std::min(block, count - first);
+      gather.type = call.type;
+      gather.skipIf = op->deviceSkipFlag();
+      WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(gather, stream), "launching the all-gather copy"));
+    }
+  }
+  return enqueueRelease(op, stream);
+}
+
+void releaseDeviceIpc(CommState& state) {
+  if (!state.ipc) return;
+  ScopedDevice onDevice(state.device);
+  state.ipc.reset();
+}
+
+}  // namespace weft::api

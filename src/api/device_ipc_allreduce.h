@@ -1,0 +1,43 @@
+// All-reduce of device buffers between the ranks of one host, GPU to GPU over CUDA/HIP IPC.
+//
+// Each rank owns two IPC buffers (successive pieces alternate, so that no rank refills a buffer
+// its peers may still read) and maps every peer's; they are set up by the first such all-reduce,
+// collectively, and kept until destroy. A message goes in pieces of at most one buffer; per
+// piece, on the caller's stream:
+//   1. copy this rank's piece into its buffer;
+//   2. host phase: a barrier (every rank's copy is done, and so are its reads two pieces back);
+//   3. reduce-scatter: one kernel reads block r of every rank's buffer (the peers' directly) and
+//      writes the reduced block into its own buffer;
+//   4. host phase: a barrier (every block is reduced);
+//   5. all-gather: copy kernels read each rank's reduced block straight into recvbuff.
+// Kernels read the operation's skip flag first, so after a failed barrier none touches a peer.
+// GPU builds only.
+#pragma once
+
+#include <memory>
+
+#include "api/comm_handle.h"
+#include "core/collective_call.h"
+#include "kernels/gpu/gpu_runtime.h"
+#include "transport/cuda_ipc/ipc_buffers.h"
+
+namespace weft::api {
+
+struct DeviceIpc {
+  bool usable = false;  // every rank set up and mapped every buffer
+  std::unique_ptr<transport::cuda_ipc::IpcBuffers> buffers[2];
+  int next = 0;  // the buffer the next piece uses
+};
+
+// Whether `call` goes GPU to GPU: a single all-reduce on 2 to 16 ranks, all on this host, unless
+// WEFT_CUDA_IPC=0 on some rank or the set-up failed on one. The first time, this is the
+// (collective, blocking) set-up.
+Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& call);
+
+Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t stream, const char* fn,
+                           const core::CollectiveCall& call);
+
+// At destroy, once no device operation is in flight: closes the mappings, frees the buffers.
+void releaseDeviceIpc(CommState& state);
+
+}  // namespace weft::api

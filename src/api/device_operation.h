@@ -1,0 +1,78 @@
+// One collective on device buffers in flight, and the steps every device path queues on the
+// caller's stream: host phases (the progress engine runs host-side work once an event says the
+// stream got there, while a stream callback holds the stream until it ends), the release of the
+// operation's pinned memory, and runtime error checks. GPU builds only.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "api/comm_handle.h"
+#include "gpu/staging_pool.h"
+#include "kernels/gpu/gpu_runtime.h"
+
+namespace weft::api {
+
+// Makes a device current for a scope, restoring the caller's.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// What a device operation's stream callbacks and engine jobs share. The last of them to let go
+// returns the staging memory; nothing here calls the runtime, so that may be a stream callback.
+struct DeviceOperation {
+  DeviceOperation(std::shared_ptr<CommState> s, std::shared_ptr<gpu::StagingPool> p, const char* f);
+  ~DeviceOperation();
+  DeviceOperation(const DeviceOperation&) = delete;
+  DeviceOperation& operator=(const DeviceOperation&) = delete;
+
+  // Pinned memory for the operation: `bytes` of staging after a small control block whose
+  // first int the kernels read as "skip" (set once the operation failed, so that no later kernel
+  // touches a peer's memory).
+  Status allocate(size_t bytes);
+  unsigned char* hostStaging() const { return static_cast<unsigned char*>(pinned.host) + kControlBytes; }
+  unsigned char* deviceStaging() const { return static_cast<unsigned char*>(pinned.device) + kControlBytes; }
+  const int* deviceSkipFlag() const { return static_cast<const int*>(pinned.device); }
+
+  // A failure is what weftCommGetAsyncError reports; later phases and kernels do not run.
+  void fail(const Status& status);
+  Status failed();
+
+  static constexpr size_t kControlBytes = 256;
+  std::shared_ptr<CommState> state;
+  std::shared_ptr<gpu::StagingPool> pool;
+  const char* fn;
+  gpu::PinnedBuffer pinned;
+  std::vector<gpuEvent_t> events;
+  std::atomic<bool> released{false};  // set by the release callback, the stream's last step
+  std::mutex mutex;
+  Status failure;
+};
+
+using OperationRef = std::shared_ptr<DeviceOperation>;
+
+// The communicator's pinned staging pool, made on first use.
+std::shared_ptr<gpu::StagingPool> stagingPoolOf(CommState& state);
+
+// Queues a host phase: an event after the stream's work so far, the engine job that waits for it
+// and runs `work` on the communicator, and the stream callback that waits for the job.
+Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::function<Status(core::Communicator&)> work);
+
+// The operation's last step on the stream: its pinned memory goes back to the pool.
+Status enqueueRelease(const OperationRef& op, gpuStream_t stream);
+
+// weftUnhandledCudaError with the runtime's text when err is not success (the runtime's sticky
+// last error is cleared).
+Status checkRuntime(gpuError_t err, const char* what);
+
+}  // namespace weft::api
