@@ -20,6 +20,7 @@ using gpuEvent_t = hipEvent_t;
 #define gpuSuccess hipSuccess
 #define gpuErrorNotReady hipErrorNotReady
 #define gpuErrorInvalidValue hipErrorInvalidValue
+#define gpuErrorNoDevice hipErrorNoDevice
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetLastError hipGetLastError
 #define gpuGetDeviceCount hipGetDeviceCount
@@ -46,6 +47,8 @@ using gpuEvent_t = hipEvent_t;
 #define gpuStreamNonBlocking hipStreamNonBlocking
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamQuery hipStreamQuery
+#define gpuStreamWaitEvent hipStreamWaitEvent
 #define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuEventCreateWithFlags hipEventCreateWithFlags
 #define gpuEventCreate hipEventCreate
@@ -78,6 +81,7 @@ using gpuEvent_t = cudaEvent_t;
 #define gpuSuccess cudaSuccess
 #define gpuErrorNotReady cudaErrorNotReady
 #define gpuErrorInvalidValue cudaErrorInvalidValue
+#define gpuErrorNoDevice cudaErrorNoDevice
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetLastError cudaGetLastError
 #define gpuGetDeviceCount cudaGetDeviceCount
@@ -104,6 +108,8 @@ using gpuEvent_t = cudaEvent_t;
 #define gpuStreamNonBlocking cudaStreamNonBlocking
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamQuery cudaStreamQuery
+#define gpuStreamWaitEvent cudaStreamWaitEvent
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuEventCreateWithFlags cudaEventCreateWithFlags
 #define gpuEventCreate cudaEventCreate

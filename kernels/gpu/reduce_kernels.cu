@@ -120,12 +120,20 @@ __global__ void reduceKernel(KernelParams p) {
     uint4 raw;
     S e[kPack];
   };
-  if (p.skipIf != nullptr && *static_cast<const volatile int*>(p.skipIf) != 0) return;
+  // The skip flag and the scalar may live in host memory: one thread per block reads them.
+  __shared__ int skip;
+  __shared__ S sharedScalar;
+  if (threadIdx.x == 0) {
+    skip = p.skipIf != nullptr ? *static_cast<const volatile int*>(p.skipIf) : 0;
+    sharedScalar = p.scalar != nullptr ? *static_cast<const S*>(p.scalar) : S{};
+  }
+  __syncthreads();
+  if (skip != 0) return;
+  const bool scaled = p.scalar != nullptr;
+  const S scalar = sharedScalar;
   const S* in = static_cast<const S*>(p.inputs[0]);
   auto input = [&](int j) { return p.listed ? static_cast<const S*>(p.inputs[j]) : in + j * p.stride; };
   S* out = static_cast<S*>(p.out);
-  const bool scaled = p.scalar != nullptr;
-  const S scalar = scaled ? *static_cast<const S*>(p.scalar) : S{};
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
 

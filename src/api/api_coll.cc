@@ -8,6 +8,7 @@
 #include "api/buffer_use.h"
 #include "api/device_issue.h"
 #include "api/host_stream.h"
+#include "gpu/device_memory.h"
 #include "kernels/cpu/reduce.h"
 
 using namespace weft;
@@ -113,6 +114,12 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
     onDevice = where.isOk() && where.value();
     checked = where.status();
   }
+  int scalarDevice = -1;
+  if (checked.isOk() && !onDevice && call.preMulSum && call.scalarAt != nullptr &&
+      gpu::isDeviceMemory(call.scalarAt, &scalarDevice)) {
+    checked = Status(weftInvalidArgument, formatString("%s: the PreMulSum scalar is in GPU memory but the buffers are "
+                                                       "host memory", fn));
+  }
   // Device buffers run in a GPU stream's order (NULL: the default stream); host buffers now
   // (NULL) or on a Weft host stream.
   const bool hostStream = stream != nullptr && api::lookupStream(stream) != nullptr;
@@ -133,7 +140,7 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
     api::addToGroup(state.take(), stream, call, onDevice);
     return weftSuccess;
   }
-  if (onDevice) return api::issueOnDevice(state.take(), stream, fn, {call});
+  if (onDevice) return api::issueOnDevice(state.take(), stream, fn, {call}, false);
   return api::issue(state.take(), stream, fn, [call](core::Communicator& c) { return c.run(call); });
 }
 

@@ -101,6 +101,7 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
   if (state->initThread.joinable()) state->initThread.join();
+  if (!abort) api::quiesceDevice(*state);
   state->engine.shutdown();  // queued work runs out (fast, once aborted); nothing new is accepted
   api::releaseDeviceStaging(*state);
   state->communicator.reset();

@@ -19,7 +19,7 @@ extern "C" WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, co
   }
   std::fill(comms, comms + ndev, nullptr);
   // devlist NULL: every rank uses the caller's current GPU, if any (ranks may share one).
-  const int devices = gpu::deviceCount();
+  const int devices = devlist != nullptr ? gpu::deviceCount(true) : 0;
   for (int r = 0; devlist != nullptr && r < ndev; ++r) {
     if (devlist[r] < 0 || devlist[r] >= devices) {
       return api::reportError(Status(weftInvalidArgument, formatString("%s: devlist[%d] = %d is not a GPU of this process "

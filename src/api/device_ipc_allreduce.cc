@@ -42,8 +42,16 @@ struct SetUpRecord {
 // buffers, and agrees with every rank on whether all of that worked everywhere.
 Status setUp(CommState& state) {
   auto ipc = std::make_shared<DeviceIpc>();
+  state.ipc = ipc;  // unusable until the end: a failure is not tried again
   SetUpRecord mine;
   bool able = envString("WEFT_CUDA_IPC").value_or("1") != "0";
+  if (able) {
+    if (Status made = checkRuntime(gpuEventCreateWithFlags(&ipc->done, gpuEventDisableTiming), "creating an event");
+        !made.isOk()) {
+      WEFT_INFO("CUDA IPC off for this communicator: %s", made.message().c_str());
+      able = false;
+    }
+  }
   auto bytes = envInt("WEFT_CUDA_IPC_BUFFER_BYTES", 1 << 20, int64_t{1} << 40);
   if (!bytes.isOk()) return bytes.status();
   const auto bufferBytes = static_cast<size_t>(bytes.value().value_or(kDefaultBufferBytes));
@@ -92,9 +100,7 @@ Status setUp(CommState& state) {
     ipc->buffers[0].reset();
     ipc->buffers[1].reset();
   }
-  WEFT_TRY(status.withContext("setting up CUDA IPC"));
-  state.ipc = std::move(ipc);
-  return Status::ok();
+  return status.withContext("setting up CUDA IPC");
 }
 
 CommOp barrier() {
@@ -105,6 +111,10 @@ CommOp barrier() {
 }
 
 }  // namespace
+
+DeviceIpc::~DeviceIpc() {
+  if (done != nullptr) (void)gpuEventDestroy(done);
+}
 
 Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& call) {
   if (call.collective != Collective::AllReduce || state.nranks < 2 || state.nranks > kernels::gpu::kMaxListedInputs ||
@@ -127,6 +137,9 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
 
   auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
   WEFT_TRY(op->allocate(16));  // the PreMulSum scalar
+  if (ipc.doneRecorded) {
+    WEFT_TRY(checkRuntime(gpuStreamWaitEvent(stream, ipc.done, 0), "waiting for the previous CUDA IPC all-reduce"));
+  }
   const void* scalar = nullptr;
   if (call.preMulSum) {
     if (call.scalarAt != nullptr) {
@@ -145,9 +158,20 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     IpcBuffers& buffers = *ipc.buffers[ipc.next];
     ipc.next ^= 1;
 
-    WEFT_TRY(checkRuntime(gpuMemcpyAsync(buffers.of(rank), send + offset * size, count * size, gpuMemcpyDeviceToDevice,
-                                         stream),
-                          "copying sendbuff into the CUDA IPC buffer"));
+    if (scalar == nullptr) {
+      WEFT_TRY(checkRuntime(gpuMemcpyAsync(buffers.of(rank), send + offset * size, count * size,
+                                           gpuMemcpyDeviceToDevice, stream),
+                            "copying sendbuff into the CUDA IPC buffer"));
+    } else {  // PreMulSum scales each rank's own input, on the way in
+      kernels::gpu::ReduceArgs scale;
+      scale.listed = true;
+      scale.inputList[0] = send + offset * size;
+      scale.out = buffers.of(rank);
+      scale.count = count;
+      scale.type = call.type;
+      scale.scalar = scalar;
+      WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(scale, stream), "launching the PreMulSum scaling"));
+    }
     WEFT_TRY(enqueueHostPhase(op, stream, barrier()));
 
     kernels::gpu::ReduceArgs reduce;
@@ -162,7 +186,6 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     reduce.type = call.type;
     reduce.op = call.op;
     reduce.divisor = un;
-    reduce.scalar = scalar;
     reduce.skipIf = op->deviceSkipFlag();
     WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(reduce, stream), "launching the reduce-scatter kernel"));
     WEFT_TRY(enqueueHostPhase(op, stream, barrier()));
@@ -181,6 +204,8 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
       WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(gather, stream), "launching the all-gather copy"));
     }
   }
+  WEFT_TRY(checkRuntime(gpuEventRecord(ipc.done, stream), "recording the end of the CUDA IPC all-reduce"));
+  ipc.doneRecorded = true;
   return enqueueRelease(op, stream);
 }
 

@@ -24,14 +24,20 @@
 namespace weft::api {
 
 struct DeviceIpc {
+  ~DeviceIpc();  // with the communicator's device current
   bool usable = false;  // every rank set up and mapped every buffer
   std::unique_ptr<transport::cuda_ipc::IpcBuffers> buffers[2];
   int next = 0;  // the buffer the next piece uses
+  // Recorded at the end of each operation; the next one's stream waits for it, so operations on
+  // different streams still take the buffers in turn.
+  gpuEvent_t done = nullptr;
+  bool doneRecorded = false;
 };
 
-// Whether `call` goes GPU to GPU: a single all-reduce on 2 to 16 ranks, all on this host, unless
-// WEFT_CUDA_IPC=0 on some rank or the set-up failed on one. The first time, this is the
-// (collective, blocking) set-up.
+// Whether `call` goes GPU to GPU: an all-reduce on 2 to 16 ranks, all on this host, issued on
+// its own (not in a group: one thread may drive several ranks there), unless WEFT_CUDA_IPC=0 on
+// some rank or the set-up failed on one. The first time, this is the (collective, blocking)
+// set-up; a failed set-up is not tried again.
 Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& call);
 
 Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t stream, const char* fn,

@@ -6,9 +6,11 @@
 #include "api/host_stream.h"
 #include "gpu/device_memory.h"
 #include "kernels/cpu/reduce.h"
+#include "util/log.h"
 #if WEFT_HAVE_GPU
 #include "api/device_ipc_allreduce.h"
 #include "api/device_operation.h"
+#include "gpu/stream_wait.h"
 #include "kernels/gpu/reduce_kernels.h"
 #endif
 
@@ -90,6 +92,15 @@ CommOp runCalls(std::vector<core::CollectiveCall> calls) {
   return [calls = std::move(calls)](core::Communicator& c) { return c.runGroup(calls); };
 }
 
+// PreMulSum multiplies each rank's own input (as on host buffers): the staged input is scaled in
+// place before it is exchanged.
+struct StagedScaling {
+  void* data;
+  size_t count;
+  weftDataType_t type;
+  const void* scalar;  // in staging: written in stream order
+};
+
 Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream, const char* fn,
                      std::vector<StagedCall> staged) {
   const size_t total = layOut(staged, *state, fn);
@@ -101,6 +112,7 @@ Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream
 
   // Stage in: send buffers (and PreMulSum scalars) to pinned memory.
   std::vector<core::CollectiveCall> exchange, gather;
+  std::vector<StagedScaling> scalings;
   for (const StagedCall& s : staged) {
     const size_t size = kernels::dataTypeSize(s.call.type);
     if (s.sendBytes > 0) {
@@ -117,6 +129,7 @@ Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream
       } else if (s.call.preMulSum) {
         std::memcpy(host + s.scalarAt, s.call.scalarValue.data(), size);
       }
+      if (s.call.preMulSum) scalings.push_back({host + s.sendAt, blocks / size, s.call.type, host + s.scalarAt});
       // Every rank gets block r of every rank's input.
       h = core::CollectiveCall{};
       h.collective = Collective::AlltoAll;
@@ -130,7 +143,10 @@ Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream
     }
     exchange.push_back(h);
   }
-  WEFT_TRY(enqueueHostPhase(op, stream, runCalls(std::move(exchange))));
+  WEFT_TRY(enqueueHostPhase(op, stream, [scalings, run = runCalls(std::move(exchange))](core::Communicator& c) {
+    for (const StagedScaling& s : scalings) kernels::scale(s.data, s.data, s.count, s.type, s.scalar);
+    return run(c);
+  }));
 
   // Reduce each rank's block on the GPU, from and (but for reduce-scatter) into mapped memory.
   for (const StagedCall& s : staged) {
@@ -145,7 +161,6 @@ Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream
     args.type = s.call.type;
     args.op = s.call.op;
     args.divisor = static_cast<uint64_t>(n);
-    args.scalar = s.call.preMulSum ? device + s.scalarAt : nullptr;
     args.skipIf = op->deviceSkipFlag();
     if (s.call.collective == Collective::ReduceScatter) {
       args.out = s.call.recv;
@@ -173,12 +188,27 @@ Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream
   return enqueueRelease(op, stream);
 }
 
+// One rank, no PreMulSum: every collective but send/recv is a copy on the device (or nothing,
+// in place).
+Status enqueueAlone(gpuStream_t stream, const char* fn, const core::CollectiveCall& call) {
+  if (call.send == call.recv) return Status::ok();
+  const BufferUse use = bufferUse(fn, call, 0, 1).take();
+  return checkRuntime(gpuMemcpyAsync(call.recv, call.send, use.recvBytes, gpuMemcpyDeviceToDevice, stream),
+                      "copying sendbuff to recvbuff");
+}
+
 Status enqueueOnDevice(const std::shared_ptr<CommState>& state, gpuStream_t stream, const char* fn,
-                       const std::vector<core::CollectiveCall>& calls) {
+                       const std::vector<core::CollectiveCall>& calls, bool grouped) {
   ScopedDevice onDevice(state->device);
-  if (calls.size() == 1 && calls[0].count > 0) {
-    WEFT_ASSIGN_OR_RETURN(bool direct, ipcAllReduceApplies(*state, calls[0]));
-    if (direct) return enqueueIpcAllReduce(state, stream, fn, calls[0]);
+  if (gpu::streamIsCapturing(stream)) {
+    return Status(weftInvalidUsage, "the stream is being captured into a graph, which Weft's device path does not support");
+  }
+  if (!grouped && calls.size() == 1 && calls[0].count > 0) {
+    const core::CollectiveCall& call = calls[0];
+    const bool p2p = call.collective == Collective::Send || call.collective == Collective::Recv;
+    if (state->nranks == 1 && !p2p && !call.preMulSum) return enqueueAlone(stream, fn, call);
+    WEFT_ASSIGN_OR_RETURN(bool direct, ipcAllReduceApplies(*state, call));
+    if (direct) return enqueueIpcAllReduce(state, stream, fn, call);
   }
   std::vector<StagedCall> staged;
   for (const core::CollectiveCall& call : calls) {
@@ -191,9 +221,28 @@ Status enqueueOnDevice(const std::shared_ptr<CommState>& state, gpuStream_t stre
 }  // namespace
 
 weftResult_t issueOnDevice(std::shared_ptr<CommState> state, void* stream, const char* fn,
-                           std::vector<core::CollectiveCall> calls) {
-  Status status = enqueueOnDevice(state, static_cast<gpuStream_t>(stream), fn, calls);
+                           std::vector<core::CollectiveCall> calls, bool grouped) {
+  Status status = enqueueOnDevice(state, static_cast<gpuStream_t>(stream), fn, calls, grouped);
   return reportError(status.withContext(fn), state.get());
+}
+
+void quiesceDevice(CommState& state) {
+  std::shared_ptr<gpu::StagingPool> pool;
+  {
+    std::lock_guard<std::mutex> lock(state.stagingMutex);
+    pool = state.staging;
+  }
+  const int timeoutMs = state.config.timeoutMs;
+  if (pool && !pool->waitIdle(streamBackstopMs(timeoutMs))) return;
+  if (!state.ipc || !state.ipc->usable || !state.communicator) return;
+  // Peers' last all-gathers may still read this rank's IPC buffers: free them only once every
+  // rank got here.
+  Status met = state.engine.runBlocking([&state] {
+    uint8_t token = 0;
+    core::CollectiveCall barrier{coll::Collective::AllReduce, &token, &token, 1, weftUint8};
+    return state.communicator->run(barrier);
+  });
+  if (!met.isOk()) WEFT_WARN("destroy: no barrier with the peers before freeing the CUDA IPC buffers: %s", met.message().c_str());
 }
 
 void releaseDeviceStaging(CommState& state) {
@@ -202,21 +251,28 @@ void releaseDeviceStaging(CommState& state) {
     std::lock_guard<std::mutex> lock(state.stagingMutex);
     pool = std::move(state.staging);
   }
-  if (pool) {
-    ScopedDevice onDevice(pool->device());
-    // Only once nothing is in flight may the IPC buffers go: peers' kernels may read them.
-    if (!pool->drainAndFree(streamBackstopMs(state.config.timeoutMs))) return;
+  if (pool && !pool->waitIdle(streamBackstopMs(state.config.timeoutMs))) {
+    // Operations never ended (or the GPU failed): the GPU may still use this memory, and a
+    // stream callback may drop the last reference to the communicator, where no runtime call
+    // is allowed. Keep it all, deliberately.
+    new std::shared_ptr<DeviceIpc>(std::move(state.ipc));
+    new std::shared_ptr<gpu::StagingPool>(std::move(pool));
+    return;
   }
+  ScopedDevice onDevice(state.device);
+  if (pool) pool->freeAll();
   releaseDeviceIpc(state);
 }
 
 #else  // no GPU runtime: no buffer is ever on a device
 
-weftResult_t issueOnDevice(std::shared_ptr<CommState> state, void*, const char* fn, std::vector<core::CollectiveCall>) {
+weftResult_t issueOnDevice(std::shared_ptr<CommState> state, void*, const char* fn, std::vector<core::CollectiveCall>,
+                           bool) {
   return reportError(Status(weftInvalidUsage, std::string(fn) + ": this Weft was built without GPU support"),
                      state.get());
 }
 
+void quiesceDevice(CommState&) {}
 void releaseDeviceStaging(CommState&) {}
 
 #endif

@@ -19,14 +19,19 @@ namespace weft::api {
 // Issues `calls` (one call, or one communicator's share of a group; their buffers already
 // checked and on the communicator's device) on `stream`, a cudaStream_t / hipStream_t.
 weftResult_t issueOnDevice(std::shared_ptr<CommState> state, void* stream, const char* fn,
-                           std::vector<core::CollectiveCall> calls);
+                           std::vector<core::CollectiveCall> calls, bool grouped);
 
 // Where a call's buffers live: 0 host, 1 device (on state's device). An error when they are on
 // another device, or mixed.
 Result<bool> callIsOnDevice(const char* fn, const CommState& state, const core::CollectiveCall& call);
 
-// At destroy, after the engine stopped: waits for device operations still on their streams,
-// then frees the communicator's pinned staging memory.
+// At destroy (not abort), before the engine stops: waits for device operations still on their
+// streams and, where CUDA IPC is in use, meets every peer so that none still reads this rank's
+// buffers.
+void quiesceDevice(CommState& state);
+
+// At destroy, after the engine stopped: frees the pinned staging memory and the CUDA IPC
+// buffers, or, if operations never ended, deliberately keeps them.
 void releaseDeviceStaging(CommState& state);
 
 }  // namespace weft::api

@@ -7,6 +7,8 @@
 
 #include "api/host_stream.h"
 #include "gpu/device_memory.h"
+#include "gpu/stream_wait.h"
+#include "util/log.h"
 
 namespace weft::api {
 
@@ -44,6 +46,12 @@ Status DeviceOperation::allocate(size_t bytes) {
   WEFT_ASSIGN_OR_RETURN(pinned, pool->acquireBuffer(kControlBytes + bytes));
   std::memset(pinned.host, 0, kControlBytes);
   return Status::ok();
+}
+
+void DeviceOperation::finishPhase(uint32_t phase) {
+  // Whatever the phase wrote to staging (and the skip flag) is visible before the flag moves.
+  std::atomic_thread_fence(std::memory_order_release);
+  *reinterpret_cast<volatile uint32_t*>(static_cast<unsigned char*>(pinned.host) + kPhaseFlagAt) = phase;
 }
 
 void DeviceOperation::fail(const Status& status) {
@@ -96,8 +104,9 @@ struct PhaseWait {
   std::shared_ptr<PhaseLatch> latch;
 };
 
-// Stream callback: holds the stream until the host phase ends (it always does, by its own
-// deadlines; the backstop only guards against a lost engine).
+// Stream callback, where the driver cannot wait on a flag: holds the stream until the host phase
+// ends (it always does, by its own deadlines; the backstop only guards against a lost engine).
+// Host functions may share one runtime thread, so this can delay other streams' callbacks.
 void waitForPhase(void* arg) {
   std::unique_ptr<PhaseWait> wait(static_cast<PhaseWait*>(arg));
   const int backstopMs = streamBackstopMs(wait->op->state->config.timeoutMs);
@@ -139,8 +148,9 @@ Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::functio
   WEFT_ASSIGN_OR_RETURN(gpuEvent_t event, op->pool->acquireEvent());
   op->events.push_back(event);
   WEFT_TRY(checkRuntime(gpuEventRecord(event, stream), "recording an event on the stream"));
+  const uint32_t phase = ++op->phasesQueued;
   auto latch = std::make_shared<PhaseLatch>();
-  Status queued = op->state->engine.enqueue([op, event, latch, work = std::move(work)]() {
+  Status queued = op->state->engine.enqueue([op, event, latch, phase, work = std::move(work)]() {
     ScopedDevice onDevice(op->pool->device());
     const int timeoutMs = op->state->config.timeoutMs;
     Status status = op->failed();
@@ -151,10 +161,15 @@ Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::functio
       if (c != nullptr) status = status.withContext(formatString("%s (rank %d of %d)", op->fn, c->rank(), c->size()));
     }
     if (!status.isOk()) op->fail(status);
+    op->finishPhase(phase);
     latch->set();
     return status;
   });
   WEFT_TRY(queued);
+  if (gpu::streamWaitAtLeast(stream, op->devicePhaseFlag(), phase) == gpuSuccess) return Status::ok();
+  (void)gpuGetLastError();
+  static std::once_flag logged;
+  std::call_once(logged, [] { WEFT_INFO("no stream memory operations: host phases block a stream callback instead"); });
   auto* wait = new PhaseWait{op, latch};
   if (gpuError_t err = gpuLaunchHostCallback(stream, waitForPhase, wait); err != gpuSuccess) {
     delete wait;

@@ -1,7 +1,7 @@
 // One collective on device buffers in flight, and the steps every device path queues on the
 // caller's stream: host phases (the progress engine runs host-side work once an event says the
-// stream got there, while a stream callback holds the stream until it ends), the release of the
-// operation's pinned memory, and runtime error checks. GPU builds only.
+// stream got there, while the stream waits on the device for the phase's flag in pinned memory),
+// the release of the operation's pinned memory, and runtime error checks. GPU builds only.
 #pragma once
 
 #include <atomic>
@@ -36,19 +36,26 @@ struct DeviceOperation {
   DeviceOperation(const DeviceOperation&) = delete;
   DeviceOperation& operator=(const DeviceOperation&) = delete;
 
-  // Pinned memory for the operation: `bytes` of staging after a small control block whose
-  // first int the kernels read as "skip" (set once the operation failed, so that no later kernel
-  // touches a peer's memory).
+  // Pinned memory for the operation: `bytes` of staging after a small control block: an int the
+  // kernels read as "skip" (set once the operation failed, so that no later kernel touches a
+  // peer's memory) and the count of host phases finished, which the stream waits on.
   Status allocate(size_t bytes);
   unsigned char* hostStaging() const { return static_cast<unsigned char*>(pinned.host) + kControlBytes; }
   unsigned char* deviceStaging() const { return static_cast<unsigned char*>(pinned.device) + kControlBytes; }
   const int* deviceSkipFlag() const { return static_cast<const int*>(pinned.device); }
+  const uint32_t* devicePhaseFlag() const {
+    return reinterpret_cast<const uint32_t*>(static_cast<unsigned char*>(pinned.device) + kPhaseFlagAt);
+  }
+  // Lets the stream past host phase `phase` (1, 2, ...); phases finish in order.
+  void finishPhase(uint32_t phase);
 
   // A failure is what weftCommGetAsyncError reports; later phases and kernels do not run.
   void fail(const Status& status);
   Status failed();
 
   static constexpr size_t kControlBytes = 256;
+  static constexpr size_t kPhaseFlagAt = 64;  // its own cache line, apart from the skip flag
+  uint32_t phasesQueued = 0;  // the API thread's count
   std::shared_ptr<CommState> state;
   std::shared_ptr<gpu::StagingPool> pool;
   const char* fn;
@@ -65,7 +72,8 @@ using OperationRef = std::shared_ptr<DeviceOperation>;
 std::shared_ptr<gpu::StagingPool> stagingPoolOf(CommState& state);
 
 // Queues a host phase: an event after the stream's work so far, the engine job that waits for it
-// and runs `work` on the communicator, and the stream callback that waits for the job.
+// and runs `work` on the communicator, and the stream's wait for the job (a device-side wait on
+// the phase flag; a blocking stream callback where the driver has no stream memory operations).
 Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::function<Status(core::Communicator&)> work);
 
 // The operation's last step on the stream: its pinned memory goes back to the pool.

@@ -38,7 +38,7 @@ api::CommOp runBatch(std::vector<core::CollectiveCall> calls) {
 }
 
 weftResult_t issueBatch(CommBatch& batch) {
-  if (batch.onDevice) return api::issueOnDevice(batch.state, batch.stream, "weftGroupEnd", std::move(batch.calls));
+  if (batch.onDevice) return api::issueOnDevice(batch.state, batch.stream, "weftGroupEnd", std::move(batch.calls), true);
   return api::issue(batch.state, batch.stream, "weftGroupEnd", runBatch(std::move(batch.calls)));
 }
 

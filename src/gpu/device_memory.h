@@ -11,8 +11,9 @@ namespace weft::gpu {
 // Whether this library was built with a GPU runtime (WEFT_CUDA or WEFT_HIP).
 bool builtWithGpu();
 
-// GPUs this process sees (0 without a GPU runtime or driver).
-int deviceCount();
+// GPUs this process sees (0 without a GPU runtime or driver). Unless loadDriver, a process that
+// has not touched the GPU yet (no driver loaded) counts as seeing none, and stays untouched.
+int deviceCount(bool loadDriver = false);
 
 // The calling thread's current device, or -1 (no GPU runtime, or no device visible).
 int currentDevice();

@@ -90,13 +90,30 @@ void StagingPool::operationEnded() {
   if (--inFlight_ == 0) ended_.notify_all();
 }
 
-bool StagingPool::drainAndFree(int timeoutMs) {
+bool StagingPool::waitIdle(int timeoutMs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!ended_.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return inFlight_ == 0; })) {
-    WEFT_WARN("device staging: %d operations still in flight after %d ms; their memory is not freed", inFlight_,
-              timeoutMs);
-    return false;
+  while (inFlight_ > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      WEFT_WARN("device staging: %d operations still in flight after %d ms; their memory is not freed", inFlight_,
+                timeoutMs);
+      return false;
+    }
+    ended_.wait_for(lock, std::chrono::milliseconds(100));
+    // After a device fault the runtime skips host functions, so no operation would ever end.
+    const gpuError_t health = gpuStreamQuery(nullptr);
+    if (health != gpuSuccess && health != gpuErrorNotReady) {
+      (void)gpuGetLastError();
+      WEFT_WARN("device staging: the GPU failed (%s); %d operations never ended, their memory is not freed",
+                gpuGetErrorString(health), inFlight_);
+      return false;
+    }
   }
+  return true;
+}
+
+void StagingPool::freeAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
   for (const PinnedBuffer& buffer : allBuffers_) (void)gpuFreeHost(buffer.host);
   for (gpuEvent_t event : allEvents_) (void)gpuEventDestroy(event);
   (void)gpuGetLastError();
@@ -104,7 +121,6 @@ bool StagingPool::drainAndFree(int timeoutMs) {
   freeBuffers_.clear();
   allEvents_.clear();
   freeEvents_.clear();
-  return true;
 }
 
 }  // namespace weft::gpu

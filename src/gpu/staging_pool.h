@@ -24,7 +24,7 @@ class StagingPool {
   explicit StagingPool(int device) : device_(device) {}
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
-  ~StagingPool();  // frees nothing: see drainAndFree
+  ~StagingPool();  // frees nothing: see waitIdle and freeAll
 
   int device() const { return device_; }
 
@@ -39,10 +39,11 @@ class StagingPool {
   void operationStarted();
   void operationEnded();
 
-  // Waits up to timeoutMs for every operation to end, then frees all buffers and events. If
-  // some are still in flight, frees nothing (a leak, logged, rather than memory the GPU may
-  // still write) and returns false.
-  bool drainAndFree(int timeoutMs);
+  // Waits up to timeoutMs for every operation to end; false when some are still in flight (or
+  // the device has failed, so that its stream callbacks will never run).
+  bool waitIdle(int timeoutMs);
+  // Frees every buffer and event; only after waitIdle returned true.
+  void freeAll();
 
  private:
   const int device_;

@@ -6,6 +6,7 @@
 // GPU is visible.
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
 #include <signal.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -26,17 +28,27 @@ namespace {
 
 constexpr int kNoGpu = 77;
 
-// Asked in a child: a parent that touched the runtime could not fork working ranks.
-bool gpuVisible() {
-  auto outcome = runRanks(1, [](RankContext&) {
-    int count = 0;
-    return gpuGetDeviceCount(&count) == gpuSuccess && count > 0 ? 0 : kNoGpu;
-  }, LaunchOptions{false, 60000});
-  return outcome.at(0).exitCode == 0;
+// Asked in a child: a parent that touched the runtime could not fork working ranks. Skipped
+// only where there is no GPU (no driver, or no device); a driver too old for this runtime, or
+// any other error, fails loudly instead of skipping.
+int probeGpu(RankContext&) {
+#if !defined(WEFT_GPU_HIP)
+  if (dlopen("libcuda.so.1", RTLD_NOW) == nullptr) return kNoGpu;
+#endif
+  int count = 0;
+  const gpuError_t err = gpuGetDeviceCount(&count);
+  if (err == gpuErrorNoDevice || (err == gpuSuccess && count == 0)) return kNoGpu;
+  if (err != gpuSuccess) {
+    std::fprintf(stderr, "the GPU runtime fails: %s\n", gpuGetErrorString(err));
+    return 1;
+  }
+  return 0;
 }
 
 void skipWithoutGpu() {
-  if (gpuVisible()) return;
+  auto outcome = runRanks(1, probeGpu, LaunchOptions{false, 60000});
+  if (outcome.at(0).exitCode == 0) return;
+  if (outcome.at(0).exitCode != kNoGpu) FAIL("GPU present but unusable: " << outcome.at(0).output);
   std::printf("SKIPPED: no GPU visible to this process (the GPU tests need CUDA or HIP hardware)\n");
   std::fflush(stdout);
   std::_Exit(kNoGpu);
@@ -74,13 +86,21 @@ std::vector<unsigned char> encode(const std::vector<double>& values, weftDataTyp
 }
 
 // The reduction of every rank's element i (scaled by `scale` first), encoded in t.
+// The value x * scale as type t holds it (PreMulSum rounds each scaled input).
+double rounded(double x, weftDataType_t t) {
+  unsigned char bytes[8];
+  storeValue(bytes, 0, t, x);
+  return loadFloat(bytes, 0, t);
+}
+
+// scale(r): rank r's PreMulSum scalar (1 without PreMulSum).
 void reference(void* out, size_t at, const std::vector<std::vector<double>>& in, size_t i, weftDataType_t t,
-               weftRedOp_t op, double scale) {
+               weftRedOp_t op, const std::function<double(int)>& scale) {
   const int n = static_cast<int>(in.size());
   if (isFloatType(t)) {
-    double acc = in[0][i] * scale;
+    double acc = rounded(in[0][i] * scale(0), t);
     for (int r = 1; r < n; ++r) {
-      const double v = in[static_cast<size_t>(r)][i] * scale;
+      const double v = rounded(in[static_cast<size_t>(r)][i] * scale(r), t);
       acc = op == weftProd ? acc * v : op == weftMax ? std::max(acc, v) : op == weftMin ? std::min(acc, v) : acc + v;
     }
     if (op == weftAvg) acc = t == weftFloat64 ? acc / n : static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
@@ -90,7 +110,9 @@ void reference(void* out, size_t at, const std::vector<std::vector<double>>& in,
   const uint64_t mask = widthMask(t);
   const int bits = static_cast<int>(8 * typeSize(t));
   auto signedOf = [&](uint64_t x) { return bits == 64 ? static_cast<int64_t>(x) : static_cast<int64_t>(x << (64 - bits)) >> (64 - bits); };
-  auto raw = [&](size_t r) { return static_cast<uint64_t>(static_cast<int64_t>(in[r][i])) * static_cast<uint64_t>(scale) & mask; };
+  auto raw = [&](size_t r) {
+    return static_cast<uint64_t>(static_cast<int64_t>(in[r][i])) * static_cast<uint64_t>(scale(static_cast<int>(r))) & mask;
+  };
   uint64_t acc = raw(0);
   for (size_t r = 1; r < in.size(); ++r) {
     const uint64_t v = raw(r);
@@ -157,10 +179,14 @@ int reductions(RankContext& ctx) {
   for (weftDataType_t t : kTypes) {
     for (int opIndex = 0; opIndex < 7; ++opIndex) {  // Sum..Avg, then PreMulSum host-immediate and device scalar
       const weftRedOp_t base = opIndex < 5 ? static_cast<weftRedOp_t>(opIndex) : weftSum;
-      const double scale = opIndex == 5 ? 2 : opIndex == 6 ? 3 : 1;
+      // Each rank scales its own input by its own scalar.
+      const std::function<double(int)> scale = [opIndex, t](int r) {
+        const double v = opIndex == 5 ? 2.0 + r : opIndex == 6 ? 3.0 + 2 * (r % 2) : 1.0;
+        return isFloatType(t) ? rounded(v, t) : v;  // the scalar as the type holds it
+      };
       weftRedOp_t op = base;
       std::vector<unsigned char> scalar(8);
-      storeValue(scalar.data(), 0, t, scale);
+      storeValue(scalar.data(), 0, t, scale(ctx.rank));
       DeviceBuffer deviceScalar(8);
       deviceScalar.fill(scalar);
       if (opIndex == 5) RANK_WEFT(ctx, weftRedOpCreatePreMulSum(&op, scalar.data(), t, weftScalarHostImmediate, g.comm));
@@ -298,14 +324,22 @@ int manyPieces(RankContext& ctx) {
   std::vector<std::vector<double>> in;
   for (int r = 0; r < ctx.nranks; ++r) in.push_back(inputOf(r, 5000, count, weftFloat32, weftSum));
   std::vector<unsigned char> expect(count * 4);
-  for (size_t i = 0; i < count; ++i) reference(expect.data(), i, in, i, weftFloat32, weftSum, 1);
-  DeviceBuffer buf(count * 4);
-  for (int k = 0; k < 3; ++k) {  // back to back, in place, on alternating streams
+  for (size_t i = 0; i < count; ++i) reference(expect.data(), i, in, i, weftFloat32, weftSum, [](int) { return 1.0; });
+  DeviceBuffer buf(count * 4), other(count * 4);
+  for (int k = 0; k < 3; ++k) {  // in place, on alternating streams
     buf.fill(encode(in[static_cast<size_t>(ctx.rank)], weftFloat32));
     RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, count, weftFloat32, weftSum, g.comm, g.stream(k)));
     g.sync(k);
     RANK_CHECK(ctx, buf.read() == expect, "9 MiB all-reduce, round %d, seed %" PRIu64, k, runSeed());
   }
+  // Back to back on two streams with no synchronization between them.
+  buf.fill(encode(in[static_cast<size_t>(ctx.rank)], weftFloat32));
+  other.fill(encode(in[static_cast<size_t>(ctx.rank)], weftFloat32));
+  RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, count, weftFloat32, weftSum, g.comm, g.stream(0)));
+  RANK_WEFT(ctx, weftAllReduce(other.ptr, other.ptr, count, weftFloat32, weftSum, g.comm, g.stream(1)));
+  g.sync(0);
+  g.sync(1);
+  RANK_CHECK(ctx, buf.read() == expect && other.read() == expect, "two streams, seed %" PRIu64, runSeed());
   return 0;
 }
 
