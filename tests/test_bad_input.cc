@@ -192,7 +192,9 @@ TEST_CASE("bad input: a rank that never arrives gives weftTimeout naming it", "[
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     RANK_CHECK(ctx, rc == weftTimeout, "init returned %d: %s", rc, weftGetLastError(nullptr));
     RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "missing rank(s): 2"), "text: %s", weftGetLastError(nullptr));
-    RANK_CHECK(ctx, seconds < 4.0, "took %.1f s with a 2 s timeout", seconds);
+    // The 2 s runs from the rendezvous; before it, init discovers the topology (hwloc), which
+    // takes about 2 s more under ThreadSanitizer on 2 cores. Well short of a hang either way.
+    RANK_CHECK(ctx, seconds < 6.0, "took %.1f s with a 2 s timeout", seconds);
     return 0;
   });
   expectAllPassed(outcomes);
