@@ -236,8 +236,5 @@ extern "C" WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t strea
     return api::reportError(Status(weftInvalidArgument, "weftBarrier: the stream is neither NULL nor a Weft host stream"),
                             state.value().get());
   }
-  return api::issue(state.take(), stream, fn, [](core::Communicator& c) {
-    uint8_t token = 0;
-    return c.run(makeCall(Collective::AllReduce, &token, &token, 1, weftUint8));
-  });
+  return api::issue(state.take(), stream, fn, [](core::Communicator& c) { return c.barrier(); });
 }

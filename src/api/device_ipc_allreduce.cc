@@ -22,16 +22,6 @@ constexpr int64_t kDefaultBufferBytes = int64_t{256} << 20;
 
 size_t alignUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
-core::CollectiveCall byteCall(Collective collective, const void* send, void* recv, size_t count) {
-  core::CollectiveCall call;
-  call.collective = collective;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.type = weftUint8;
-  return call;
-}
-
 // What each rank tells the others at set-up.
 struct SetUpRecord {
   unsigned char ok = 0;
@@ -73,7 +63,7 @@ Status setUp(CommState& state) {
     core::Communicator* c = state.communicator.get();
     if (c == nullptr) return Status(weftInvalidUsage, "the communicator was destroyed");
     ScopedDevice onDevice(state.device);
-    WEFT_TRY(c->run(byteCall(Collective::AllGather, &mine, all.data(), sizeof mine)));
+    WEFT_TRY(c->run(core::CollectiveCall{Collective::AllGather, &mine, all.data(), sizeof mine, weftUint8}));
     bool everyone = true;
     for (const SetUpRecord& r : all) everyone = everyone && r.ok == 1;
     uint8_t opened = 0;
@@ -89,7 +79,7 @@ Status setUp(CommState& state) {
       }
     }
     // Usable only if every rank mapped every buffer (a byte-wise min over ranks).
-    core::CollectiveCall agree = byteCall(Collective::AllReduce, &opened, &opened, 1);
+    core::CollectiveCall agree{Collective::AllReduce, &opened, &opened, 1, weftUint8};
     agree.op = weftMin;
     WEFT_TRY(c->run(agree));
     ipc->usable = opened == 1;
@@ -101,13 +91,6 @@ Status setUp(CommState& state) {
     ipc->buffers[1].reset();
   }
   return status.withContext("setting up CUDA IPC");
-}
-
-CommOp barrier() {
-  return [](core::Communicator& c) {
-    uint8_t token = 0;
-    return c.run(byteCall(Collective::AllReduce, &token, &token, 1));
-  };
 }
 
 }  // namespace
@@ -172,7 +155,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
       scale.scalar = scalar;
       WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(scale, stream), "launching the PreMulSum scaling"));
     }
-    WEFT_TRY(enqueueHostPhase(op, stream, barrier()));
+    WEFT_TRY(enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); }));
 
     kernels::gpu::ReduceArgs reduce;
     reduce.listed = true;
@@ -188,7 +171,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     reduce.divisor = un;
     reduce.skipIf = op->deviceSkipFlag();
     WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(reduce, stream), "launching the reduce-scatter kernel"));
-    WEFT_TRY(enqueueHostPhase(op, stream, barrier()));
+    WEFT_TRY(enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); }));
 
     for (size_t q = 0; q < un; ++q) {
       const size_t first = q * block;

@@ -237,11 +237,7 @@ void quiesceDevice(CommState& state) {
   if (!state.ipc || !state.ipc->usable || !state.communicator) return;
   // Peers' last all-gathers may still read this rank's IPC buffers: free them only once every
   // rank got here.
-  Status met = state.engine.runBlocking([&state] {
-    uint8_t token = 0;
-    core::CollectiveCall barrier{coll::Collective::AllReduce, &token, &token, 1, weftUint8};
-    return state.communicator->run(barrier);
-  });
+  Status met = state.engine.runBlocking([&state] { return state.communicator->barrier(); });
   if (!met.isOk()) WEFT_WARN("destroy: no barrier with the peers before freeing the CUDA IPC buffers: %s", met.message().c_str());
 }
 

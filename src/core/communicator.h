@@ -44,6 +44,11 @@ class Communicator {
   // Runs one call, or a group's calls together (see coll/schedule_merge.h); returns when all
   // are done. Sends to and receives from this rank itself pair up within the calls.
   Status run(const CollectiveCall& call) { return runGroup({&call, 1}); }
+  // A one-byte all-reduce: no rank returns before every rank has entered.
+  Status barrier() {
+    uint8_t token = 0;
+    return run(CollectiveCall{coll::Collective::AllReduce, &token, &token, 1, weftUint8});
+  }
   Status runGroup(std::span<const CollectiveCall> calls);
 
  private:
