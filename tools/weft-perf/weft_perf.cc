@@ -1,7 +1,6 @@
 // weft-perf: an nccl-tests-style benchmark of Weft collectives, written against the public C
 // API only. One process per rank, started by a launcher; rank 0 prints
 // the table. Run `weft-perf -h` for the options.
-#include <getopt.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include "collectives.h"
 #include "device_buffers.h"
 #include "perf_common.h"
+#include "weft_perf_options.h"
 #include "weft/weft.h"
 
 namespace weftperf {
@@ -35,148 +35,6 @@ constexpr unsigned char kPoison = 0xA5;
 // Per-rank slot of the pid/host exchange: an int64 pid, then the NUL-terminated host name.
 constexpr size_t kHostSlotBytes = 256;
 
-struct Options : CommonOptions {
-  const Collective* collective = &allCollectives().front();
-  std::vector<const DataType*> types;
-  std::vector<const RedOp*> ops;
-  int root = 0;
-  bool gpu = false;  // buffers in device memory, calls on a GPU stream
-};
-
-void printUsage() {
-  std::printf(
-      "Usage: weft-perf [COLLECTIVE] [options]\n"
-      "Times a Weft collective over a range of message sizes and prints an nccl-tests-style\n"
-      "table. COLLECTIVE: allreduce (default), broadcast, reduce, allgather, reducescatter,\n"
-      "alltoall, sendrecv, gather, scatter. Start one process per rank with a launcher (weftrun, mpirun, or a torchrun-style\n"
-      "environment); rank 0 prints, the other ranks stay silent.\n"
-      "\n"
-      "  -b, --minbytes SIZE     smallest message (default 8)\n"
-      "  -e, --maxbytes SIZE     largest message (default 128M; nccl-tests defaults to 32M)\n"
-      "  -f, --stepfactor N      multiply the size by N each step (default 2);\n"
-      "                          0 or 1 steps by -i instead\n"
-      "  -i, --stepbytes SIZE    add SIZE each step (default 1M); used when -f is 0 or 1,\n"
-      "                          or when -i is given without -f\n"
-      "  -n, --iters N           timed iterations per size and placement (default 20)\n"
-      "  -w, --warmup_iters N    untimed iterations before each timing (default 5)\n"
-      "  -c, --check 0|1         check the results (default 1)\n"
-      "  -o, --op OP             sum, prod, min, max, avg, or all (default sum)\n"
-      "  -d, --datatype TYPE     int8 uint8 int32 uint32 int64 uint64 half float double\n"
-      "                          bfloat16 f8e4m3 f8e5m2, or all (default float)\n"
-      "  -r, --root N            root of broadcast, reduce, gather and scatter (default 0)\n"
-      "  -G, --gpu               buffers in GPU memory (the launcher's local rank picks the\n"
-      "                          GPU, modulo those visible), calls on a GPU stream; time\n"
-      "                          includes the stream's completion\n"
-      "  -J, --json FILE         also write the rows to FILE as a JSON array\n"
-      "  -h, --help              print this help\n"
-      "\n"
-      "SIZE is a byte count with an optional K, M or G suffix (powers of 1024); each size is\n"
-      "rounded down to a multiple of the element size (and, for the collectives with per-rank\n"
-      "blocks, of the rank count): as in nccl-tests, SIZE is all-gather's output, reduce-\n"
-      "scatter's input and alltoall's whole buffer. Time is per iteration, the maximum over\n"
-      "ranks; algbw = size / time (GB/s, 1e9 bytes/s) and busbw = algbw x 2(n-1)/n for\n"
-      "allreduce, (n-1)/n for allgather, reducescatter, alltoall, gather and scatter, and 1\n"
-      "for broadcast, reduce and sendrecv. sendrecv (rank r sends to r+1) has no in-place run.\n"
-      "Exit status: 0 success, 1 a Weft call or a data check failed, 2 bad command line.\n");
-}
-
-constexpr const char* kTool = "weft-perf";
-
-std::string joinNames(const char* const* names, size_t n) {
-  std::string joined;
-  for (size_t i = 0; i < n; ++i) joined += (i == 0 ? "" : ", ") + std::string(names[i]);
-  return joined;
-}
-
-std::string dataTypeNames() {
-  std::vector<const char*> names;
-  for (const DataType& type : allDataTypes()) names.push_back(type.name);
-  return joinNames(names.data(), names.size());
-}
-
-std::string redOpNames() {
-  std::vector<const char*> names;
-  for (const RedOp& op : allRedOps()) names.push_back(op.name);
-  return joinNames(names.data(), names.size());
-}
-
-// Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.
-int parseArgs(int argc, char** argv, Options* options) {
-  static const std::string kShortOptions = weftperf::shortOptions("o:d:r:Gh");
-  static const std::vector<option> kLongOptions = weftperf::longOptions({
-      {"op", required_argument, nullptr, 'o'},
-      {"datatype", required_argument, nullptr, 'd'},
-      {"root", required_argument, nullptr, 'r'},
-      {"gpu", no_argument, nullptr, 'G'},
-      {"help", no_argument, nullptr, 'h'},
-  });
-  opterr = 0;  // we print our own messages
-  int c;
-  while ((c = getopt_long(argc, argv, kShortOptions.c_str(), kLongOptions.data(), nullptr)) != -1) {
-    const std::string arg = optarg != nullptr ? optarg : "";
-    std::string error;
-    const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
-    if (common > 0) continue;
-    switch (c) {
-      case 'o':
-        options->ops.clear();
-        if (arg == "all") {
-          for (const RedOp& op : allRedOps()) options->ops.push_back(&op);
-        } else if (const RedOp* op = findRedOp(arg)) {
-          options->ops.push_back(op);
-        } else {
-          return weftperf::usageError(kTool, "-o: unknown operation '%s' (use %s, or all)", arg.c_str(),
-                            redOpNames().c_str());
-        }
-        break;
-      case 'd':
-        options->types.clear();
-        if (arg == "all") {
-          for (const DataType& type : allDataTypes()) options->types.push_back(&type);
-        } else if (const DataType* type = findDataType(arg)) {
-          options->types.push_back(type);
-        } else {
-          return weftperf::usageError(kTool, "-d: unknown data type '%s' (use %s, or all)", arg.c_str(),
-                            dataTypeNames().c_str());
-        }
-        break;
-      case 'r': {
-        long root = 0;
-        if (!parseInt(arg, 0, 1 << 30, &root)) return weftperf::usageError(kTool, "-r: bad root '%s'", arg.c_str());
-        options->root = static_cast<int>(root);
-        break;
-      }
-      case 'G':
-        options->gpu = true;
-        break;
-      case 'h':
-        if (!launcherSaysNotRankZero()) printUsage();
-        return kExitOk;
-      case ':':
-        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
-      default:
-        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
-        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
-    }
-  }
-  if (argc - optind > 1) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind + 1]);
-  if (argc - optind == 1) {
-    options->collective = findCollective(argv[optind]);
-    if (options->collective == nullptr) {
-      std::vector<const char*> names;
-      for (const Collective& known : allCollectives()) names.push_back(known.name);
-      return weftperf::usageError(kTool, "unknown collective '%s' (available: %s)", argv[optind],
-                                  joinNames(names.data(), names.size()).c_str());
-    }
-  }
-  if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
-    return weftperf::usageError(kTool, "%s", error.c_str());
-  }
-  if (options->types.empty()) options->types.push_back(findDataType("float"));
-  if (options->ops.empty() || !options->collective->reduces) options->ops.assign(1, findRedOp("sum"));
-  return -1;
-}
 
 class WeftError : public std::runtime_error {
   using std::runtime_error::runtime_error;
