@@ -250,14 +250,7 @@ int GlooBench::run() {
       if (rank_ == 0) std::printf("# %zu B skipped: less than one float\n", size);
       continue;
     }
-    weftperf::Row row;
-    row.collective = "allreduce";
-    row.bytes = count * sizeof(float);
-    row.count = count;
-    row.type = "float";
-    row.redop = "sum";
-    row.root = -1;
-    row.nranks = nranks_;
+    weftperf::Row row = weftperf::floatSumAllReduceRow(count, nranks_);
     row.oop = measure(count, false);
     row.ip = measure(count, true);
     rows.push_back(row);

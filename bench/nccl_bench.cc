@@ -104,13 +104,7 @@ int main(int argc, char** argv) {
   for (size_t bytes : options.sweep.sizes()) {
     const size_t count = bytes / sizeof(float);
     if (count == 0) continue;
-    weftperf::Row row;
-    row.collective = "allreduce";
-    row.bytes = count * sizeof(float);
-    row.count = count;
-    row.type = "float";
-    row.redop = "sum";
-    row.nranks = nranks;
+    weftperf::Row row = weftperf::floatSumAllReduceRow(count, nranks);
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       float* out = inPlace ? send : recv;
       auto run = [&] { checkNccl(ncclAllReduce(send, out, count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce"); };

@@ -154,6 +154,17 @@ Measurement allReduceMeasurement(size_t bytes, int nranks, double timeUs, long l
   return collectiveMeasurement(bytes, 2.0 * (nranks - 1) / nranks, timeUs, wrong);
 }
 
+Row floatSumAllReduceRow(size_t count, int nranks) {
+  Row row;
+  row.collective = "allreduce";
+  row.bytes = count * sizeof(float);
+  row.count = count;
+  row.type = "float";
+  row.redop = "sum";
+  row.nranks = nranks;
+  return row;
+}
+
 namespace {
 
 // Each placement block: "  %7s  %6s  %6s %6s" = 32 characters.

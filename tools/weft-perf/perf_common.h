@@ -92,6 +92,10 @@ struct Row {
   Measurement ip;   // in-place
 };
 
+// The row of a float32 sum all-reduce of `count` elements on `nranks` ranks, before its
+// measurements (the peer drivers time only that).
+Row floatSumAllReduceRow(size_t count, int nranks);
+
 // The three header lines above the rows (placement banner, column names, units).
 void printColumnHeader(std::FILE* out);
 void printRow(std::FILE* out, const Row& row);
