@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cpu/reduce.h"  // dataTypeSize
 #include "kernels/float_formats.h"
 
 namespace weft::kernels::gpu {
@@ -206,14 +207,8 @@ gpuError_t launchForOp(const KernelParams& params, weftRedOp_t op, gpuStream_t s
 gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
   if (args.count == 0) return gpuSuccess;
   if (args.nInputs < 1 || (args.listed && args.nInputs > kMaxListedInputs)) return gpuErrorInvalidValue;
-  size_t size = 0;
-  switch (args.type) {
-    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: size = 1; break;
-    case weftFloat16: case weftBfloat16: size = 2; break;
-    case weftInt32: case weftUint32: case weftFloat32: size = 4; break;
-    case weftInt64: case weftUint64: case weftFloat64: size = 8; break;
-    default: return gpuErrorInvalidValue;
-  }
+  const size_t size = dataTypeSize(args.type);
+  if (size == 0) return gpuErrorInvalidValue;
   KernelParams p{};
   p.listed = args.listed;
   if (args.listed) {

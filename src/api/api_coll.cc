@@ -31,21 +31,22 @@ Result<std::shared_ptr<api::CommState>> usableComm(weftComm_t comm, const char* 
   return state;
 }
 
-Status checkBuffers(const char* fn, const core::CollectiveCall& call, int rank, int nranks) {
+// Returns which buffers the call uses, once they passed.
+Result<api::BufferUse> checkBuffers(const char* fn, const core::CollectiveCall& call, int rank, int nranks) {
   const size_t size = kernels::dataTypeSize(call.type);
   if (call.count > SIZE_MAX / size) {
     return Status(weftInvalidArgument, formatString("%s: count %zu of %s overflows the address space", fn, call.count,
                                                     kernels::dataTypeName(call.type)));
   }
   WEFT_ASSIGN_OR_RETURN(api::BufferUse use, api::bufferUse(fn, call, rank, nranks));
-  if (call.count == 0) return Status::ok();
+  if (call.count == 0) return use;
   if (use.send && call.send == nullptr) {
     return Status(weftInvalidArgument, formatString("%s: sendbuff is NULL with count %zu", fn, call.count));
   }
   if (use.recv && call.recv == nullptr) {
     return Status(weftInvalidArgument, formatString("%s: recvbuff is NULL with count %zu", fn, call.count));
   }
-  if (!use.send || !use.recv) return Status::ok();
+  if (!use.send || !use.recv) return use;
   auto s = reinterpret_cast<uintptr_t>(call.send), r = reinterpret_cast<uintptr_t>(call.recv);
   const bool overlap = s < r + use.recvBytes && r < s + use.sendBytes;
   const bool inPlace = s == r + static_cast<uintptr_t>(use.inPlaceOffset);
@@ -55,7 +56,7 @@ Status checkBuffers(const char* fn, const core::CollectiveCall& call, int rank, 
                                                     : use.inPlaceOffset > 0 ? "sendbuff == recvbuff + rank * count"
                                                                             : "recvbuff == sendbuff + rank * count"));
   }
-  return Status::ok();
+  return use;
 }
 
 // Resolves `op` for a reducing call: a built-in operator, or a PreMulSum made on this
@@ -107,12 +108,15 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
   } else if (coll::isReducing(call.collective)) {
     checked = resolveOp(fn, cs, op, &call);
   }
-  if (checked.isOk()) checked = checkBuffers(fn, call, cs.rank, cs.nranks);
   bool onDevice = false;
   if (checked.isOk()) {
-    auto where = api::callIsOnDevice(fn, cs, call);
-    onDevice = where.isOk() && where.value();
-    checked = where.status();
+    auto use = checkBuffers(fn, call, cs.rank, cs.nranks);
+    checked = use.status();
+    if (checked.isOk()) {
+      auto where = api::callIsOnDevice(fn, cs, call, use.value());
+      onDevice = where.isOk() && where.value();
+      checked = where.status();
+    }
   }
   int scalarDevice = -1;
   if (checked.isOk() && !onDevice && call.preMulSum && call.scalarAt != nullptr &&

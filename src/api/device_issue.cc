@@ -18,9 +18,9 @@ namespace weft::api {
 
 using coll::Collective;
 
-Result<bool> callIsOnDevice(const char* fn, const CommState& state, const core::CollectiveCall& call) {
+Result<bool> callIsOnDevice(const char* fn, const CommState& state, const core::CollectiveCall& call,
+                            const BufferUse& use) {
   if (call.count == 0) return false;
-  WEFT_ASSIGN_OR_RETURN(BufferUse use, bufferUse(fn, call, state.rank, state.nranks));
   int sendDevice = -1, recvDevice = -1;
   const bool sendOnDevice = use.send && gpu::isDeviceMemory(call.send, &sendDevice);
   const bool recvOnDevice = use.recv && gpu::isDeviceMemory(call.recv, &recvDevice);

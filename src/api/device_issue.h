@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "api/buffer_use.h"
 #include "api/comm_handle.h"
 #include "core/collective_call.h"
 
@@ -21,9 +22,10 @@ namespace weft::api {
 weftResult_t issueOnDevice(std::shared_ptr<CommState> state, void* stream, const char* fn,
                            std::vector<core::CollectiveCall> calls, bool grouped);
 
-// Where a call's buffers live: 0 host, 1 device (on state's device). An error when they are on
-// another device, or mixed.
-Result<bool> callIsOnDevice(const char* fn, const CommState& state, const core::CollectiveCall& call);
+// Whether a call's buffers (`use`: as checkBuffers found them) are device memory on state's
+// device. An error when they are on another device, or mixed.
+Result<bool> callIsOnDevice(const char* fn, const CommState& state, const core::CollectiveCall& call,
+                            const BufferUse& use);
 
 // At destroy (not abort), before the engine stops: waits for device operations still on their
 // streams and, where CUDA IPC is in use, meets every peer so that none still reads this rank's
