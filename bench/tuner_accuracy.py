@@ -9,7 +9,7 @@ Targets (reported, not enforced): predictions within 25% of the measured time wh
 is quiet, and the tuner never choosing an algorithm measured more than 1.5x slower than the
 best one at that size.
 
-    bench/tuner_accuracy.py [--quick] [--no-record]     (BUILD_DIR: default build/)
+    bench/tuner_accuracy.py [--quick] [--no-record] [--name LABEL]     (BUILD_DIR: default build/)
 """
 
 import argparse
@@ -54,6 +54,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 and 4 ranks, up to 4 MiB, 5 iterations")
     parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--name", default="", help="appended to the results file's name, e.g. a run's label")
     args = parser.parse_args()
     rank_counts = [2, 4] if args.quick else [2, 4, 8]
     top, iters = ("4M", 5) if args.quick else ("64M", 10)
@@ -107,7 +108,8 @@ def main():
     today = datetime.date.today().isoformat()
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
-    path = os.path.join(ROOT, "bench", "results", f"{today}-tuner-accuracy{'-quick' if args.quick else ''}.md")
+    suffix = ("-quick" if args.quick else "") + (f"-{args.name}" if args.name else "")
+    path = os.path.join(ROOT, "bench", "results", f"{today}-tuner-accuracy{suffix}.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join([
             f"# Tuner: predicted vs measured all-reduce, {today}", "",
@@ -118,7 +120,8 @@ def main():
             f"- Machine: {os.uname().nodename}, {os.cpu_count()} CPUs; load average before {' '.join(loadavg)}, "
             f"after {' '.join(loadavg_after)}",
             f"- Weft revision: {commit}",
-            f"- Command: bench/tuner_accuracy.py{' --quick' if args.quick else ''}", "",
+            f"- Command: bench/tuner_accuracy.py{' --quick' if args.quick else ''}"
+            f"{' --name ' + args.name if args.name else ''}", "",
             *verdicts, "", *lines]))
     print(f"recorded {path}")
     return 0

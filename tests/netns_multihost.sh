@@ -3,7 +3,7 @@
 # with its own host name, so Weft sees different hosts and uses sockets), the namespaces joined by
 # veth pairs to a bridge in a switch namespace. The test builds all of it and tears it down.
 #
-#   netns_multihost.sh BIN_DIR collectives|shaped|linkdown|kill
+#   netns_multihost.sh BIN_DIR collectives|shaped|linkdown|kill|plan
 #
 #   collectives  3 hosts, weft-stress over every collective, every result verified
 #   shaped       the same with every host's link shaped: tc netem delay/loss/reordering where the
@@ -11,6 +11,8 @@
 #   linkdown     a host's link goes down mid-run: every rank ends with weftRemoteError naming a
 #                peer, each within 2 x WEFT_TIMEOUT_MS of the link going down; the times are printed
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
+#   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
+#                the planned ring and double binary tree, verified
 #
 # Exit 77 (ctest: skipped) when network namespaces cannot be made (needs root / CAP_NET_ADMIN).
 set -euo pipefail
@@ -71,25 +73,29 @@ shape_links() {
   fi
 }
 
-# Starts rank h of the job in host h's namespaces, in the background; its output goes to
-# $work/rank$h.log and its pid to pids[h].
+# Starts a rank in host h's namespaces, in the background: start_rank SLOT HOST RANK LOCAL_RANK
+# COMMAND...; the job has $world ranks, $per_host on each host. Its output goes to
+# $work/rank$SLOT.log and its pid to pids[SLOT].
 secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 port=$((20000 + $$ % 20000))
+world=$nhosts
+per_host=1
 pids=()
 start_rank() {
-  local h=$1
-  shift
+  local slot=$1 h=$2 rank=$3 local_rank=$4
+  shift 4
   ip netns exec "${tag}h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "host$h" \
-    env MASTER_ADDR=10.88.0.1 MASTER_PORT=$port RANK=$h WORLD_SIZE=$nhosts LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-    WEFT_SECRET="$secret" WEFT_SOCKET_IFNAME="=${tag}v$h" WEFT_TIMEOUT_MS=$timeout_ms "$@" \
-    > "$work/rank$h.log" 2>&1 &
-  pids[h]=$!
+    env MASTER_ADDR=10.88.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$local_rank \
+    LOCAL_WORLD_SIZE=$per_host WEFT_SECRET="$secret" WEFT_SOCKET_IFNAME="=${tag}v$h" WEFT_TIMEOUT_MS=$timeout_ms \
+    "$@" > "$work/rank$slot.log" 2>&1 &
+  pids[slot]=$!
 }
 
 show_logs() {
-  for ((h = 0; h < nhosts; ++h)); do
-    echo "--- rank $h"
-    cat "$work/rank$h.log"
+  local slot
+  for slot in "${!pids[@]}"; do
+    echo "--- rank $slot"
+    cat "$work/rank$slot.log"
   done
 }
 
@@ -97,12 +103,12 @@ now_ms() { date +%s%3N; }
 
 # Waits for every rank; fails unless each exit status is in the wanted class (ok / error).
 wait_all() {
-  local want=$1 h status bad=0
-  for ((h = 0; h < nhosts; ++h)); do
+  local want=$1 slot status bad=0
+  for slot in "${!pids[@]}"; do
     status=0
-    wait "${pids[h]}" || status=$?
+    wait "${pids[slot]}" || status=$?
     if [[ $want == ok && $status != 0 ]] || [[ $want == error && $status == 0 ]]; then
-      echo "rank $h exited $status, wanted $want"
+      echo "rank $slot exited $status, wanted $want"
       bad=1
     fi
   done
@@ -120,13 +126,35 @@ case $mode in
       iterations=60
       timeout_ms=60000
     fi
-    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$bin/weft-stress" -i $iterations -s 5 -m 256K; done
+    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -i $iterations -s 5 -m 256K; done
     wait_all ok
     grep "weft-stress:" "$work/rank0.log"
     grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
     ;;
+  plan)
+    # Two ranks per host, numbered across the hosts (rank h + 3l), so that the planned ring (each
+    # host's ranks together) and the double binary tree over hosts are not rank order. Every
+    # collective with a ring or a tree runs forced to it, besides the tuner's own choices.
+    world=$((2 * nhosts))
+    per_host=2
+    for algo in ring tree auto; do
+      pids=()
+      for ((h = 0; h < nhosts; ++h)); do
+        for ((l = 0; l < per_host; ++l)); do
+          algo_env=()
+          [[ $algo != auto ]] && algo_env=(WEFT_ALGO=$algo)
+          start_rank $((h + nhosts * l)) "$h" $((h + nhosts * l)) "$l" env "${algo_env[@]}" WEFT_DEBUG=INFO \
+            "$bin/weft-stress" -i 200 -s 7 -m 256K
+        done
+      done
+      wait_all ok
+      echo "WEFT_ALGO=$algo: $(grep "weft-stress:" "$work/rank0.log")"
+      grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+    done
+    grep -m1 -A4 "plan:" "$work/rank0.log"
+    ;;
   linkdown | kill)
-    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$bin/weft-stress" -t 120 -s 6 -m 1M; done
+    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -t 120 -s 6 -m 1M; done
     sleep 3  # well into the run
     t0=$(now_ms)
     if [[ $mode == linkdown ]]; then

@@ -1,5 +1,5 @@
 // All-gather and reduce-scatter: n blocks of shape.count elements, one per rank, passed (and
-// reduced) around the ring in pipelined chunks, or exchanged directly in one round.
+// reduced) around the planned ring in pipelined chunks, or exchanged directly in one round.
 //
 // In place, this rank's own block of the larger buffer is named through the receive buffer,
 // the one the builder knows it aliases, so hazards on it are tracked.
@@ -21,7 +21,6 @@ struct Blocks {
   Region at(BufferId buffer, int block, size_t c) const { return {buffer, layout.chunkBegin(block, c) * shape.elementSize}; }
   // Chunk c of the one-block buffer `buffer` (offsets as in block 0).
   Region single(BufferId buffer, size_t c) const { return at(buffer, 0, c); }
-  int wrap(int block) const { return ((block % shape.nranks) + shape.nranks) % shape.nranks; }
 
   BlockLayout layout;
   const CollectiveShape& shape;
@@ -40,9 +39,11 @@ Schedule buildRingAllGather(const CollectiveShape& shape, const PipelineParams& 
   const Blocks blocks(shape, chunkElementsFor(pipeline.chunkBytes, shape.elementSize));
   ScheduleBuilder b(false);
   if (shape.bytes() == 0) return b.finish("ring", 0);
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // Around the planned ring: at step s, the block of the rank s positions upstream moves on.
+  const int p = shape.ringPosition(r);
+  const int next = shape.ringRank(p + 1), prev = shape.ringRank(p - 1);
   for (int s = 0; s < n - 1 || (n == 1 && s == 0); ++s) {
-    const int sendBlock = blocks.wrap(r - s), recvBlock = blocks.wrap(r - s - 1);
+    const int sendBlock = shape.ringRank(p - s), recvBlock = shape.ringRank(p - s - 1);
     for (size_t c = 0; c < blocks.layout.chunks(0); ++c) {
       // The first step sends this rank's input straight from the send buffer, and copies it
       // into place chunk by chunk while the ring drains.
@@ -64,7 +65,8 @@ Schedule buildRingReduceScatter(const CollectiveShape& shape, const PipelinePara
   const Blocks blocks(shape, chunkElements);
   if (n == 1 || shape.bytes() == 0) return copyInput(shape, {Buffer::Send, 0}, "ring");
   ScheduleBuilder b(false);
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int p = shape.ringPosition(r);
+  const int next = shape.ringRank(p + 1), prev = shape.ringRank(p - 1);
   ScratchSlots partials(std::min(chunkElements, shape.count) * shape.elementSize, 2 * static_cast<size_t>(pipeline.slots));
   ScratchSlots recvSlots(std::min(chunkElements, shape.count) * shape.elementSize, static_cast<size_t>(pipeline.slots),
                          partials.capacity());
@@ -73,10 +75,10 @@ Schedule buildRingReduceScatter(const CollectiveShape& shape, const PipelinePara
   };
   const size_t chunks = blocks.layout.chunks(0);
   std::vector<Region> received(chunks);  // last step's partial of each chunk
-  // Step s sends the partial of block r-s-1 and adds this rank's input to block r-s-2; the
-  // last step completes block r.
+  // Step s sends the partial of the block of ring position p-s-1 and adds this rank's input to
+  // that of p-s-2; the last step completes this rank's own block.
   for (int s = 0; s < n - 1; ++s) {
-    const int sendBlock = blocks.wrap(r - s - 1), recvBlock = blocks.wrap(r - s - 2);
+    const int sendBlock = shape.ringRank(p - s - 1), recvBlock = shape.ringRank(p - s - 2);
     const bool last = s == n - 2;
     for (size_t c = 0; c < chunks; ++c) {
       const size_t elements = blocks.layout.chunkElements(0, c);

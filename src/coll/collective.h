@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include "coll/rank_order.h"
+
 namespace weft::coll {
 
 enum class Collective : uint8_t {
@@ -41,22 +43,20 @@ struct CollectiveShape {
   bool inPlace = false;  // the send buffer is (a block of) the receive buffer; see weft.h
   bool average = false;  // append the divide-by-nranks steps (weftAvg)
   bool recvReduce = false;  // every connection reduces on receipt (straight out of its staging)
-  // The ring order of the ranks (the planner's); null or empty: rank order. Not part of the key:
-  // it is fixed for a communicator, and so is its schedule cache.
-  const std::vector<int>* ring = nullptr;
+  // The planner's ring and trees (rank_order.h); null: rank order. Not part of the key: it is
+  // fixed for a communicator, and so is its schedule cache.
+  const RankOrder* order = nullptr;
 
-  // Position of `rank` in the ring, and the rank at a position (both modulo nranks).
-  int ringPosition(int r) const {
-    if (ring == nullptr || ring->empty()) return r;
-    for (int p = 0; p < nranks; ++p) {
-      if ((*ring)[static_cast<size_t>(p)] == r) return p;
-    }
-    return r;
+  const RankOrder& rankOrder() const {
+    static const RankOrder kRankOrder;
+    return order != nullptr ? *order : kRankOrder;
   }
-  int ringRank(int position) const {
-    const int p = ((position % nranks) + nranks) % nranks;
-    return ring == nullptr || ring->empty() ? p : (*ring)[static_cast<size_t>(p)];
-  }
+  // Position of `r` in the ring, and the rank at a position (both modulo nranks).
+  int ringPosition(int r) const { return rankOrder().ringPosition(r, nranks); }
+  int ringRank(int position) const { return rankOrder().ringRank(position, nranks); }
+  // `r`'s place in planned tree `which`, and in the binary tree rooted at `root`.
+  TreePosition treePosition(int which, int r) const { return rankOrder().treePosition(which, r, nranks); }
+  TreePosition rootedTreePosition(int r) const { return rankOrder().rootedPosition(r, root, nranks); }
 
   size_t bytes() const { return count * elementSize; }
   auto key() const {

@@ -5,10 +5,15 @@
 
 namespace weft::coll {
 
-// Shared memory: ~1.5 us a message, ~9 GB/s through the ring, and reductions mostly hidden in
-// the copy out of it (reduce on receipt). Sockets: loopback-class TCP.
-LinkCost defaultSharedMemoryCost() { return {1.5, 1.0 / 9000.0, 1.0 / 20000.0}; }
+// Shared memory: ~1.5 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
+// the copy out of it (reduce on receipt). Sockets: loopback-class TCP. Both measured on 2-core
+// x86 VMs (bench/results/*-tuner-accuracy.md).
+LinkCost defaultSharedMemoryCost() { return {1.5, 1.0 / 4500.0, 1.0 / 10000.0}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
+
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu) {
+  return {nranks, order.treeDepth(nranks), std::max(1, order.treeFanOut(nranks)), std::max(1.0, ranksPerCpu)};
+}
 
 namespace {
 
@@ -23,17 +28,27 @@ double pipelined(const LinkCost& l, double bytes, double chunk, double hops, dou
   return hops * (l.alphaUs + piece * perByte) + (chunks - 1) * (l.alphaUs + piece * perByte);
 }
 
+// The link as k ranks sharing each CPU see it: a hop waits for its receiver to get a CPU,
+// which grows with the square of the crowding (fitted on 2 cores with 2, 4 and 8 ranks), and
+// moving or reducing a byte takes k times as long.
+LinkCost crowded(const LinkCost& l, double k) { return {l.alphaUs * k * k, l.betaUsPerB * k, l.gammaUsPerB * k}; }
+
 }  // namespace
 
-double predictUs(const LinkCost& l, Collective collective, Algorithm algorithm, size_t bytesIn, int nranks,
-                 size_t chunkBytes) {
+double predictUs(const LinkCost& link, const CommLayout& layout, Collective collective, Algorithm algorithm,
+                 size_t bytesIn, size_t chunkBytes) {
+  const int nranks = layout.nranks;
   const double n = nranks;
   const double b = static_cast<double>(bytesIn);
   const double chunk = static_cast<double>(std::max<size_t>(chunkBytes, 1));
   if (nranks <= 1 || bytesIn == 0) return 0;
+  const double k = std::max(1.0, layout.ranksPerCpu);
+  const LinkCost l = crowded(link, k);
   const double move = l.betaUsPerB, reduce = l.betaUsPerB + l.gammaUsPerB;
-  const double depth = log2Ceil(nranks);  // of the binary tree
-  const double fanOut = std::min(2.0, n - 1);  // children of an interior tree node
+  // Each of n-1 messages sent or received at once costs a rank some software time of its own.
+  const double perPeer = 0.5 * link.alphaUs * k;
+  const double depth = log2Ceil(nranks);  // of the rooted binary trees
+  const double fanOut = std::min(2.0, n - 1);  // children of an interior rooted tree node
   switch (collective) {
     case Collective::AllReduce:
       switch (algorithm) {
@@ -49,10 +64,15 @@ double predictUs(const LinkCost& l, Collective collective, Algorithm algorithm, 
         }
         case Algorithm::OneShot:
           // n-1 messages leave at once (the sender copies each), then n-1 reductions.
-          return l.alphaUs + (n - 1) * b * (move + l.gammaUsPerB);
-        case Algorithm::Tree:
-          // Up then down; an interior rank handles two children per chunk.
-          return pipelined(l, b, chunk, depth, fanOut * reduce) + pipelined(l, b, chunk, depth, fanOut * move);
+          return l.alphaUs + (n - 1) * (perPeer + b * (move + l.gammaUsPerB));
+        case Algorithm::Tree: {
+          // The planned double tree: half the bytes up and down each tree, both at once. A rank
+          // interior in one tree (fanOut children) is a leaf in the other, so it handles about
+          // (fanOut + 1) / 2 bytes per byte of the buffer.
+          const double hops = std::max(1, layout.treeDepth);
+          const double share = 0.5 * (std::max(1, layout.treeFanOut) + 1);
+          return pipelined(l, b, chunk, hops, share * reduce) + pipelined(l, b, chunk, hops, share * move);
+        }
         default: return 1e30;
       }
     case Collective::Broadcast:
@@ -64,11 +84,11 @@ double predictUs(const LinkCost& l, Collective collective, Algorithm algorithm, 
     case Collective::AllGather:
     case Collective::ReduceScatter: {
       const double perByte = collective == Collective::ReduceScatter ? reduce : move;
-      if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * b * perByte;
+      if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * (perPeer + b * perByte);
       return (n - 1) * pipelined(l, b, chunk, 1, perByte);  // b is one rank's block
     }
     default:
-      return l.alphaUs + (n - 1) * b * l.betaUsPerB;  // direct: a rank's n-1 messages
+      return l.alphaUs + (n - 1) * (perPeer + b * l.betaUsPerB);  // direct: a rank's n-1 messages
   }
 }
 

@@ -4,12 +4,14 @@
 //
 // Parameters per link class (shared memory, sockets) have defaults measured on small x86
 // machines; WEFT_TUNE=measure times this communicator's links at init instead (rank 0 measures,
-// every rank adopts its numbers, so that all ranks choose alike).
+// every rank adopts its numbers, so that all ranks choose alike). Tree algorithms are priced by
+// the planned trees' depth and fan-out, and every cost grows where ranks outnumber CPUs.
 #pragma once
 
 #include <cstddef>
 
 #include "coll/collective.h"
+#include "coll/rank_order.h"
 
 namespace weft::coll {
 
@@ -24,9 +26,23 @@ struct LinkCost {
 LinkCost defaultSharedMemoryCost();
 LinkCost defaultSocketCost();
 
+// What the model knows of the communicator besides its links: its size, the shape of its
+// planned trees, and how crowded its busiest host is.
+struct CommLayout {
+  int nranks = 1;
+  int treeDepth = 0;   // hops from a planned tree's root to its deepest leaf
+  int treeFanOut = 2;  // the most children any rank has in the planned trees
+  // Ranks per CPU on the busiest host. Above 1 ranks take turns on the cores: every hop waits
+  // for its receiver to be scheduled, and each rank copies and reduces at a share of a core.
+  double ranksPerCpu = 1;
+};
+
+// The layout of n ranks following `order`, ranksPerCpu as measured by the caller.
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu);
+
 // Predicted microseconds for `collective` of `bytes` (the shape's: whole buffer, or one rank's
-// block for the blocked collectives) on n ranks, pipelined in chunks of chunkBytes.
-double predictUs(const LinkCost& link, Collective collective, Algorithm algorithm, size_t bytes, int nranks,
-                 size_t chunkBytes);
+// block for the blocked collectives), pipelined in chunks of chunkBytes.
+double predictUs(const LinkCost& link, const CommLayout& layout, Collective collective, Algorithm algorithm,
+                 size_t bytes, size_t chunkBytes);
 
 }  // namespace weft::coll

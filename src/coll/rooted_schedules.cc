@@ -1,9 +1,9 @@
-// Broadcast and reduce as a pipelined chain (ring order from the root) or a binary tree, and
-// all-reduce as a tree reduce followed by a tree broadcast.
+// Broadcast and reduce as a pipelined chain (the planned ring from the root) or a binary tree
+// over ring positions, and all-reduce as a reduce and broadcast over the planned double binary
+// tree.
 #include "coll/block_layout.h"
 #include "coll/schedule_builder.h"
 #include "coll/schedules.h"
-#include "coll/tree.h"
 
 namespace weft::coll {
 namespace {
@@ -44,9 +44,7 @@ Region reduceFrom(ScheduleBuilder& b, const CollectiveShape& shape, ScratchSlots
 Region treeReduceChunk(ScheduleBuilder& b, const CollectiveShape& shape, const TreePosition& pos,
                        ScratchSlots& recvSlots, Region input, Region acc, size_t elements) {
   Region current = input;
-  for (int i = 0; i < pos.childCount; ++i) {
-    current = reduceFrom(b, shape, recvSlots, pos.children[i], acc, current, elements);
-  }
+  for (int child : pos.childList()) current = reduceFrom(b, shape, recvSlots, child, acc, current, elements);
   if (pos.parent >= 0) b.send(pos.parent, current, elements * shape.elementSize);
   return current;
 }
@@ -63,8 +61,9 @@ Schedule copyOnly(const CollectiveShape& shape, const char* algorithm) {
 Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline) {
   const int n = shape.nranks;
   if (n == 1 || shape.bytes() == 0) return shape.rank == shape.root ? copyOnly(shape, "ring") : ScheduleBuilder(false).finish("ring", 0);
-  const int v = (shape.rank - shape.root + n) % n;
-  const int prev = (shape.rank + n - 1) % n, next = (shape.rank + 1) % n;
+  const int p = shape.ringPosition(shape.rank);
+  const int v = (p - shape.ringPosition(shape.root) + n) % n;
+  const int prev = shape.ringRank(p - 1), next = shape.ringRank(p + 1);
   const Chunks chunks(shape, pipeline);
   ScheduleBuilder b(shape.inPlace);
   for (size_t c = 0; c < chunks.count(); ++c) {
@@ -84,9 +83,10 @@ Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& 
 Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
   const int n = shape.nranks;
   if (n == 1 || shape.bytes() == 0) return copyOnly(shape, "ring");
-  // Partials flow from virtual rank n-1 down to the root (virtual rank 0).
-  const int v = (shape.rank - shape.root + n) % n;
-  const int upstream = (shape.rank + 1) % n, downstream = (shape.rank + n - 1) % n;
+  // Partials flow along the ring from n-1 positions after the root down to the root.
+  const int p = shape.ringPosition(shape.rank);
+  const int v = (p - shape.ringPosition(shape.root) + n) % n;
+  const int upstream = shape.ringRank(p + 1), downstream = shape.ringRank(p - 1);
   const Chunks chunks(shape, pipeline);
   const size_t slots = static_cast<size_t>(pipeline.slots);
   ScratchSlots recvSlots(chunks.slotBytes, slots);
@@ -113,7 +113,7 @@ Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& 
   if (shape.nranks == 1 || shape.bytes() == 0) {
     return shape.rank == shape.root ? copyOnly(shape, "tree") : ScheduleBuilder(false).finish("tree", 0);
   }
-  const TreePosition pos = binaryTreePosition(shape.rank, shape.root, shape.nranks);
+  const TreePosition pos = shape.rootedTreePosition(shape.rank);
   const Chunks chunks(shape, pipeline);
   ScheduleBuilder b(shape.inPlace);
   const bool root = pos.parent < 0;
@@ -121,7 +121,7 @@ Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& 
     const Region mine = chunks.at(Buffer::Recv, c);
     const Region source = root && !shape.inPlace ? chunks.at(Buffer::Send, c) : mine;
     if (!root) b.recv(pos.parent, mine, chunks.bytes(c));
-    for (int i = 0; i < pos.childCount; ++i) b.send(pos.children[i], source, chunks.bytes(c));
+    for (int child : pos.childList()) b.send(child, source, chunks.bytes(c));
     if (root && !shape.inPlace) b.copy(mine, source, chunks.bytes(c));
   }
   return b.finish("tree", 0);
@@ -129,7 +129,7 @@ Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& 
 
 Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
   if (shape.nranks == 1 || shape.bytes() == 0) return copyOnly(shape, "tree");
-  const TreePosition pos = binaryTreePosition(shape.rank, shape.root, shape.nranks);
+  const TreePosition pos = shape.rootedTreePosition(shape.rank);
   const Chunks chunks(shape, pipeline);
   const size_t slots = static_cast<size_t>(pipeline.slots);
   ScratchSlots recvSlots(chunks.slotBytes, 2 * slots);
@@ -150,21 +150,33 @@ Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pip
 
 Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
   if (shape.nranks == 1 || shape.bytes() == 0) return copyOnly(shape, "tree");
-  const TreePosition pos = binaryTreePosition(shape.rank, 0, shape.nranks);
-  const Chunks chunks(shape, pipeline);
-  ScratchSlots recvSlots(chunks.slotBytes, 2 * static_cast<size_t>(pipeline.slots));
+  // NCCL's double binary tree: the first half of the buffer goes up planned tree 0 and back down
+  // it, the second half through tree 1, their chunks interleaved so that both trees run at once.
+  // A host interior in one tree is a leaf in the other, which balances each rank's work.
+  const std::array<TreePosition, 2> trees{shape.treePosition(0, shape.rank), shape.treePosition(1, shape.rank)};
+  const size_t esize = shape.elementSize;
+  const size_t chunkElements = chunkElementsFor(pipeline.chunkBytes, esize);
+  const BlockLayout halves = BlockLayout::balanced(shape.count, 2, chunkElements);
+  ScratchSlots recvSlots(std::min(chunkElements, shape.count) * esize, 2 * static_cast<size_t>(pipeline.slots));
   ScheduleBuilder b(shape.inPlace);
-  for (size_t c = 0; c < chunks.count(); ++c) {
-    const Region mine = chunks.at(Buffer::Recv, c);
-    // Up: each interior rank accumulates its subtree's partial in its receive buffer.
-    treeReduceChunk(b, shape, pos, recvSlots, chunks.at(Buffer::Send, c), mine, chunks.elements(c));
-    // Down: the root's total (averaged there) replaces every partial.
-    if (pos.parent < 0) {
-      if (shape.average) b.divide(mine, chunks.elements(c), shape.elementSize);
-    } else {
-      b.recv(pos.parent, mine, chunks.bytes(c));
+  const size_t chunks = std::max(halves.chunks(0), halves.chunks(1));
+  for (size_t c = 0; c < chunks; ++c) {
+    for (int half = 0; half < 2; ++half) {
+      if (c >= halves.chunks(half)) continue;
+      const TreePosition& pos = trees[static_cast<size_t>(half)];
+      const size_t elements = halves.chunkElements(half, c);
+      const size_t offset = halves.chunkBegin(half, c) * esize;
+      const Region mine{Buffer::Recv, offset};
+      // Up: each interior rank accumulates its subtree's partial in its receive buffer.
+      treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, mine, elements);
+      // Down: the root's total (averaged there) replaces every partial.
+      if (pos.parent < 0) {
+        if (shape.average) b.divide(mine, elements, esize);
+      } else {
+        b.recv(pos.parent, mine, elements * esize);
+      }
+      for (int child : pos.childList()) b.send(child, mine, elements * esize);
     }
-    for (int i = 0; i < pos.childCount; ++i) b.send(pos.children[i], mine, chunks.bytes(c));
   }
   return b.finish("tree", recvSlots.end());
 }

@@ -25,21 +25,23 @@ Schedule buildRecursiveDoublingAllReduce(const CollectiveShape& shape);
 // Every rank sends its whole input to every other rank and reduces all n inputs itself, in
 // rank order: one round of n-1 concurrent exchanges, for small messages on few ranks.
 Schedule buildOneShotAllReduce(const CollectiveShape& shape);
-// A tree reduce to rank 0 and a tree broadcast back, pipelined by chunks: 2 log2(n) latency.
+// Over the planned double binary tree (rank_order.h): each half of the buffer reduced up one
+// tree and broadcast back down it, pipelined by chunks.
 Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
 
 // --- broadcast and reduce (rooted) ---
-// A chain from the root through every rank in ring order, pipelined by chunks: each rank
-// sends the data once, the bandwidth-optimal choice for large messages.
+// A chain from the root through every rank in planned ring order, pipelined by chunks: each
+// rank sends the data once, the bandwidth-optimal choice for large messages.
 Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline);
 // The chain backwards: partial reductions flow toward the root, each rank adding its input.
 Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
-// A binary tree rooted at the root (children 2v+1, 2v+2 of virtual rank v): depth log2(n).
+// A binary tree rooted at the root over ring positions (children 2v+1, 2v+2 of virtual
+// position v): depth log2(n).
 Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline);
 Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
 
 // --- all-gather and reduce-scatter ---
-// Blocks passed (reduced) around the ring in n-1 pipelined steps.
+// Blocks passed (reduced) around the planned ring in n-1 pipelined steps.
 Schedule buildRingAllGather(const CollectiveShape& shape, const PipelineParams& pipeline);
 Schedule buildRingReduceScatter(const CollectiveShape& shape, const PipelineParams& pipeline);
 // One round: every rank sends each peer what it needs directly (reduce-scatter reduces the

@@ -130,8 +130,9 @@ Result<TuningConfig> loadTuningConfig() {
   return config;
 }
 
-Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, Collective collective, size_t bytes,
-                          int nranks) {
+Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
+                          Collective collective, size_t bytes) {
+  const int nranks = layout.nranks;
   if (auto forced = config.forced[static_cast<size_t>(collective)]) return *forced;
   const size_t fanOutBytes = bytes * static_cast<size_t>(std::max(nranks - 1, 0));
   auto allowed = [&](Algorithm a) {
@@ -144,10 +145,10 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, Coll
     }
   };
   Algorithm best = hasAlgorithm(collective, Algorithm::Ring) ? Algorithm::Ring : Algorithm::Direct;
-  double bestUs = predictUs(link, collective, best, bytes, nranks, config.pipeline.chunkBytes);
+  double bestUs = predictUs(link, layout, collective, best, bytes, config.pipeline.chunkBytes);
   for (Algorithm a : {Algorithm::OneShot, Algorithm::RecursiveDoubling, Algorithm::Tree}) {
     if (!allowed(a)) continue;
-    const double us = predictUs(link, collective, a, bytes, nranks, config.pipeline.chunkBytes);
+    const double us = predictUs(link, layout, collective, a, bytes, config.pipeline.chunkBytes);
     if (us < bestUs) {
       bestUs = us;
       best = a;

@@ -34,8 +34,8 @@ struct TuningConfig {
 Result<TuningConfig> loadTuningConfig();
 
 // `bytes` is the shape's: the whole buffer, or one rank's block for the blocked collectives.
-Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, Collective collective, size_t bytes,
-                          int nranks);
+Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
+                          Collective collective, size_t bytes);
 
 // Builds the schedule of `algorithm` for `shape`.
 Schedule buildSchedule(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline);

@@ -1,6 +1,8 @@
 // The rank side of the bootstrap: listen for peers, say hello to the root, read the table.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 
@@ -49,7 +51,8 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   hello.listen = transport::toWire(bound);
   std::snprintf(hello.hostName, sizeof(hello.hostName), "%s", localHostName().c_str());
   hello.placement = {static_cast<int16_t>(placement.numaNode), static_cast<int16_t>(placement.gpu),
-                     static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount)};
+                     static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount),
+                     static_cast<int16_t>(std::min(placement.cpus, int{INT16_MAX})), 0};
 
   const std::string where = "bootstrap root " + id.root.toString();
   auto connected = transport::connectTo(id.root, deadline, abortFlag);

@@ -51,6 +51,7 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     peers[r].placement.gpu = clamp(w.gpu);
     peers[r].placement.preferredNic = w.preferredNic >= 0 && w.preferredNic < w.nicCount ? w.preferredNic : -1;
     peers[r].placement.nicCount = w.nicCount > 0 ? w.nicCount : 0;
+    peers[r].placement.cpus = w.cpus > 0 ? w.cpus : 0;
   }
   return peers;
 }

@@ -16,7 +16,7 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 2;
+constexpr uint16_t kProtocolVersion = 3;
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
 
@@ -26,6 +26,8 @@ struct WirePlacement {
   int16_t gpu;
   int16_t preferredNic;
   int16_t nicCount;
+  int16_t cpus;  // CPUs its host lets it use; 0 unknown
+  int16_t reserved;
 };
 
 // A rank introduces itself to the root.

@@ -97,7 +97,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm,
                 plan.transport[static_cast<size_t>(rank)], abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
-  communicator->ring_ = plan.channels.front().ring;
+  communicator->order_ = plan::rankOrderOf(plan);
+  communicator->layout_ = coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements));
   communicator->deviceIpcEverywhere_ = std::all_of(
       plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
       [](plan::DeviceTransport d) { return d != plan::DeviceTransport::Staged; });
@@ -217,7 +218,7 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
   shape.root = call.root;
   shape.average = call.op == weftAvg;
   shape.recvReduce = recvReduceEverywhere_;
-  shape.ring = &ring_;
+  shape.order = &order_;
   const char* send = static_cast<const char*>(call.send);
   const char* recv = static_cast<const char*>(call.recv);
   const size_t myBlock = static_cast<size_t>(rank()) * shape.bytes();
@@ -296,7 +297,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
       call.op = weftSum;
     }
     const coll::CollectiveShape shape = shapeOf(call);
-    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, call.collective, shape.bytes(), size());
+    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, call.collective, shape.bytes());
     schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
     operations.push_back({call.send, call.recv, call.type, call.op, messageTag(call)});
   }

@@ -67,9 +67,10 @@ class Communicator {
   coll::ScheduleCache schedules_;
   bool allConnected_ = false;           // connectAll has run and recvReduceEverywhere_ is known
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
-  std::vector<int> ring_;               // the planner's first channel: ring algorithms' rank order
+  coll::RankOrder order_;               // the planner's first ring and its trees, which algorithms follow
   bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with
+  coll::CommLayout layout_{};           // its size, planned trees and crowding, for the model
   std::vector<unsigned> progressCpus_;
   std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };

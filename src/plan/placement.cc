@@ -2,7 +2,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <climits>
+#include <map>
 
 namespace weft::plan {
 
@@ -11,6 +13,7 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
   p.numaNode = numaNode;
   p.gpu = gpu >= 0 && gpu < static_cast<int>(host.gpus.size()) ? gpu : -1;
   p.nicCount = static_cast<int>(host.nics.size());
+  p.cpus = host.pus;
   if (host.nics.empty()) return p;
   if (p.gpu >= 0) {
     int best = INT_MAX;
@@ -34,6 +37,20 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
     p.preferredNic = localRank % p.nicCount;
   }
   return p;
+}
+
+double ranksPerCpu(const std::vector<RankPlacement>& ranks) {
+  std::map<int, std::pair<int, int>> hosts;  // host -> (ranks, CPUs)
+  for (const RankPlacement& r : ranks) {
+    auto& [count, cpus] = hosts[r.host];
+    ++count;
+    cpus = std::max(cpus, r.cpus);
+  }
+  double worst = 1;
+  for (const auto& [host, load] : hosts) {
+    if (load.second > 0) worst = std::max(worst, static_cast<double>(load.first) / load.second);
+  }
+  return worst;
 }
 
 int currentNumaNode(const topo::HostTopology& host) {

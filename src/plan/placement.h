@@ -15,12 +15,17 @@ struct RankPlacement {
   int gpu = -1;          // index into its host's GPUs; -1 none
   int preferredNic = -1; // its host's NIC closest to its GPU (or NUMA node); -1 none
   int nicCount = 0;      // NICs on its host
+  int cpus = 0;          // CPUs (hwloc PUs) its host lets it use; 0 unknown
 };
 
 // This rank's placement on `host`: its NUMA node from the CPUs it may run on, its GPU (-1 for
 // host-memory ranks), and the NIC closest to that GPU by PCI distance, else one on its NUMA
 // node, else localRank's share of the host's NICs. host is filled in by the caller.
 RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, int localRank);
+
+// Ranks per CPU on the most crowded host (hosts grouped by RankPlacement::host, CPUs as the
+// host's ranks report them); 1 where CPUs are unknown.
+double ranksPerCpu(const std::vector<RankPlacement>& ranks);
 
 // The NUMA node of the CPUs this process may run on (the first allowed CPU's), or -1.
 int currentNumaNode(const topo::HostTopology& host);

@@ -180,6 +180,13 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
   return plan;
 }
 
+coll::RankOrder rankOrderOf(const Plan& plan) {
+  coll::RankOrder order;
+  if (!plan.channels.empty()) order.ring = plan.channels.front().ring;
+  for (size_t t = 0; t < plan.trees.size(); ++t) order.treeParent[t] = plan.trees[t].parent;
+  return order;
+}
+
 std::string describePlan(const Plan& plan, const std::vector<RankPlacement>& ranks) {
   std::string out = formatString("%zu rank(s) on %d host(s), %zu channel(s)\n", ranks.size(), plan.hosts,
                                  plan.channels.size());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/rank_order.h"
 #include "plan/placement.h"
 
 namespace weft::plan {
@@ -49,6 +50,9 @@ struct Plan {
 };
 
 Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy = TransportPolicy::Auto);
+
+// What the collective algorithms follow: the first channel's ring and the two trees.
+coll::RankOrder rankOrderOf(const Plan& plan);
 
 // The binary tree NCCL uses over n nodes (parent and up to two children of each; odd nodes are
 // leaves), and a pair of such trees in which every node is interior in at most one.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "coll/tuner.h"
 #include "plan/planner.h"
@@ -26,10 +27,36 @@ void usage() {
       "  --ranks-per-host R   ranks per host (default: the GPU count, or 2)\n"
       "  --no-gpus            host-memory ranks even where the host has GPUs\n"
       "  --dot FILE           also write the plan as Graphviz (- for stdout)\n"
-      "  --predict N          instead: the tuner's predicted all-reduce times on N ranks over\n"
-      "                       shared memory (--socket: sockets), 8 B to 64 MiB, per algorithm,\n"
-      "                       and its choice, as JSON lines\n"
+      "  --predict N          instead: the tuner's predicted all-reduce times for N ranks on one\n"
+      "                       such host over shared memory (--socket: sockets), 8 B to 64 MiB,\n"
+      "                       per algorithm, and its choice, as JSON lines\n"
       "Exit status: 0 success, 1 the topology could not be read, 2 bad command line.\n");
+}
+
+// The tuner's predictions for n ranks on one host like `host`, as the communicator would make
+// them there: the planned trees and the host's crowding included.
+int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLinks) {
+  using namespace weft::coll;
+  auto config = loadTuningConfig();
+  if (!config.isOk()) {
+    std::fprintf(stderr, "weft-topo: %s\n", config.status().message().c_str());
+    return 1;
+  }
+  std::vector<weft::plan::RankPlacement> ranks;
+  for (int l = 0; l < n; ++l) ranks.push_back(weft::plan::placeRank(host, -1, -1, l));
+  const auto plan = weft::plan::makePlan(ranks);
+  const CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks));
+  const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
+  for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
+    std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);
+    for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
+      std::printf(", \"%s\": %.3f", algorithmName(a),
+                  predictUs(link, layout, Collective::AllReduce, a, bytes, config.value().pipeline.chunkBytes));
+    }
+    std::printf(", \"choice\": \"%s\"}\n",
+                algorithmName(chooseAlgorithm(config.value(), link, layout, Collective::AllReduce, bytes)));
+  }
+  return 0;
 }
 
 }  // namespace
@@ -74,33 +101,13 @@ int main(int argc, char** argv) {
   }
   if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
 
-  if (predictRanks > 0) {
-    using namespace weft::coll;
-    auto config = loadTuningConfig();
-    if (!config.isOk()) {
-      std::fprintf(stderr, "weft-topo: %s\n", config.status().message().c_str());
-      return 1;
-    }
-    const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
-    const int n = static_cast<int>(predictRanks);
-    for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
-      std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);
-      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
-        std::printf(", \"%s\": %.3f", algorithmName(a),
-                    predictUs(link, Collective::AllReduce, a, bytes, n, config.value().pipeline.chunkBytes));
-      }
-      std::printf(", \"choice\": \"%s\"}\n",
-                  algorithmName(chooseAlgorithm(config.value(), link, Collective::AllReduce, bytes, n)));
-    }
-    return 0;
-  }
-
   auto loaded = topoFile.empty() ? weft::topo::discoverTopology() : weft::topo::loadTopologyXml(topoFile);
   if (!loaded.isOk()) {
     std::fprintf(stderr, "weft-topo: %s\n", loaded.status().message().c_str());
     return 1;
   }
   const weft::topo::HostTopology& host = loaded.value();
+  if (predictRanks > 0) return printPredictions(host, static_cast<int>(predictRanks), socketLinks);
   std::printf("%s", weft::topo::describeTopology(host).c_str());
 
   const int gpuCount = gpus ? static_cast<int>(host.gpus.size()) : 0;

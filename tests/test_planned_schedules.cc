@@ -1,0 +1,145 @@
+// The schedules every algorithm builds over the planner's rings and trees, for layouts whose
+// hosts are numbered across the ranks (rank r on host r mod H), so that plan order is not rank
+// order: between every pair of ranks, the n-th send from a to b meets the n-th receive at b
+// from a, with the same size. The transports match messages exactly so; a schedule that broke
+// it would hang or corrupt data. And the tuner's model: it prices trees by the planned depth
+// and fan-out, and crowded hosts by their ranks per CPU.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "coll/tuner.h"
+#include "plan/planner.h"
+
+using namespace weft;
+
+namespace {
+
+std::vector<plan::RankPlacement> interleaved(int hosts, int perHost, int cpus) {
+  std::vector<plan::RankPlacement> ranks(static_cast<size_t>(hosts * perHost));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    ranks[r].host = static_cast<int>(r) % hosts;
+    ranks[r].cpus = cpus;
+  }
+  return ranks;
+}
+
+// Per (from, to): the sizes of the messages in posting order, as the senders see them and as
+// the receivers do.
+struct Traffic {
+  std::map<std::pair<int, int>, std::vector<size_t>> sent, received;
+};
+
+void record(const coll::Schedule& schedule, int rank, Traffic* traffic) {
+  for (size_t p = 0; p < schedule.peers.size(); ++p) {
+    const int peer = schedule.peers[p];
+    for (uint32_t id : schedule.sendOrder[p]) traffic->sent[{rank, peer}].push_back(schedule.steps[id].bytes);
+    for (uint32_t id : schedule.recvOrder[p]) {
+      traffic->received[{peer, rank}].push_back(schedule.steps[id].bytes);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("planned schedules: every send meets its receive on every layout, collective and algorithm",
+          "[planner][schedules]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2};  // many chunks per block
+  for (auto [hosts, perHost] : {std::pair{3, 2}, {2, 3}, {5, 2}, {4, 1}, {1, 5}, {3, 3}}) {
+    const auto placements = interleaved(hosts, perHost, 8);
+    const plan::Plan plan = plan::makePlan(placements);
+    const coll::RankOrder order = plan::rankOrderOf(plan);
+    const int n = hosts * perHost;
+    for (int c = 0; c <= static_cast<int>(Collective::Scatter); ++c) {
+      const auto collective = static_cast<Collective>(c);
+      for (Algorithm algorithm : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot,
+                                  Algorithm::Direct}) {
+        if (!coll::hasAlgorithm(collective, algorithm)) continue;
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+          for (int root : {0, n - 1}) {
+            for (bool recvReduce : {false, true}) {
+              CAPTURE(hosts, perHost, coll::collectiveName(collective), coll::algorithmName(algorithm), count, root,
+                      recvReduce);
+              Traffic traffic;
+              for (int rank = 0; rank < n; ++rank) {
+                coll::CollectiveShape shape{.collective = collective, .nranks = n, .rank = rank, .count = count,
+                                            .elementSize = 4, .root = root, .recvReduce = recvReduce, .order = &order};
+                record(coll::buildSchedule(shape, algorithm, pipeline), rank, &traffic);
+              }
+              REQUIRE(traffic.sent == traffic.received);
+              // Nothing but the root's own copy stays local: every rank that holds data sends.
+              if (n > 1) REQUIRE(!traffic.sent.empty());
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("planned schedules: the ring algorithms talk only to ring neighbours, the tree all-reduce only to tree ones",
+          "[planner][schedules]") {
+  const auto placements = interleaved(3, 2, 8);
+  const plan::Plan plan = plan::makePlan(placements);
+  const coll::RankOrder order = plan::rankOrderOf(plan);
+  const int n = 6;
+  const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2};
+  REQUIRE(order.ring != std::vector<int>{0, 1, 2, 3, 4, 5});  // not rank order
+  for (int rank = 0; rank < n; ++rank) {
+    const int position = order.ringPosition(rank, n);
+    const int next = order.ringRank(position + 1, n), prev = order.ringRank(position - 1, n);
+    for (auto collective : {coll::Collective::AllReduce, coll::Collective::AllGather, coll::Collective::ReduceScatter}) {
+      coll::CollectiveShape shape{.collective = collective, .nranks = n, .rank = rank, .count = 1000,
+                                  .elementSize = 4, .order = &order};
+      const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
+      for (const coll::Step& step : s.steps) {
+        if (step.kind == coll::StepKind::Send) REQUIRE(step.peer == next);
+        if (step.kind == coll::StepKind::Recv || step.kind == coll::StepKind::RecvReduce) REQUIRE(step.peer == prev);
+      }
+    }
+    coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = 1000, .elementSize = 4, .order = &order};
+    const coll::Schedule tree = coll::buildSchedule(shape, coll::Algorithm::Tree, pipeline);
+    for (const coll::Step& step : tree.steps) {
+      if (step.peer < 0) continue;
+      bool neighbour = false;
+      for (const plan::Tree& t : plan.trees) {
+        neighbour = neighbour || t.parent[static_cast<size_t>(rank)] == step.peer ||
+                    t.parent[static_cast<size_t>(step.peer)] == rank;
+      }
+      CAPTURE(rank, step.peer);
+      REQUIRE(neighbour);
+    }
+  }
+}
+
+TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks per CPU", "[planner][tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  const auto spread = interleaved(4, 2, 8);  // 4 hosts: host tree depth 2, chains of 2
+  const coll::CommLayout layout =
+      coll::layoutOf(plan::rankOrderOf(plan::makePlan(spread)), 8, plan::ranksPerCpu(spread));
+  CHECK(layout.treeDepth == 3);
+  CHECK(layout.treeFanOut == 3);  // a host's first rank: two hosts and its chain below it
+  CHECK(layout.ranksPerCpu == 1.0);
+
+  const auto oneHost = interleaved(1, 8, 2);
+  CHECK(plan::ranksPerCpu(oneHost) == 4.0);
+  const coll::CommLayout crowded = coll::layoutOf(plan::rankOrderOf(plan::makePlan(oneHost)), 8, 4.0);
+  CHECK(crowded.treeDepth == 7);  // one host: the chain
+  const coll::LinkCost link = coll::defaultSharedMemoryCost();
+  for (size_t bytes : {size_t{8}, size_t{1} << 20}) {
+    coll::CommLayout roomy = crowded;
+    roomy.ranksPerCpu = 1;
+    CHECK(coll::predictUs(link, crowded, Collective::AllReduce, Algorithm::Ring, bytes, 1 << 19) >
+          2 * coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Ring, bytes, 1 << 19));
+    // A deeper tree costs more: the chain of one host against the trees over four.
+    CHECK(coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Tree, bytes, 1 << 19) >
+          coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Tree, bytes, 1 << 19));
+  }
+  // Unknown CPU counts never make a host look crowded.
+  CHECK(plan::ranksPerCpu(interleaved(1, 8, 0)) == 1.0);
+}
