@@ -1,9 +1,11 @@
 #include "gpu/device_memory.h"
 
 #if WEFT_HAVE_GPU
-#include <dlfcn.h>
+#include <link.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 
 #include "kernels/gpu/gpu_runtime.h"
 #endif
@@ -20,17 +22,46 @@ namespace {
 // Whether the process has loaded the GPU driver. Memory can be device memory only then, and
 // asking the runtime earlier would load the driver and make a context in every host-only
 // process (file descriptors and threads it never asked for). HIP's runtime is the driver.
+//
+// Every collective asks, so the answer must cost no system call: the loaded objects are read
+// from the dynamic loader's list (dlopen with RTLD_NOLOAD would search the library path on
+// disk each time, about 100 us), and not even that while the loader's count of objects ever
+// loaded stays where it was at the last look.
 bool driverLoaded() {
 #if defined(WEFT_GPU_HIP)
   return true;
 #else
   static std::atomic<bool> loaded{false};
+  static std::atomic<unsigned long long> lookedAt{0};
   if (loaded.load(std::memory_order_relaxed)) return true;
-  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (driver == nullptr) return false;
-  ::dlclose(driver);  // the reference NOLOAD took; the library stays
-  loaded.store(true, std::memory_order_relaxed);
-  return true;
+  struct Look {
+    unsigned long long lookedAt;
+    unsigned long long adds = 0;
+    bool first = true;
+    bool found = false;
+  } look{lookedAt.load(std::memory_order_relaxed)};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* data) -> int {
+        auto* l = static_cast<Look*>(data);
+        if (l->first) {
+          l->first = false;
+          if (size >= offsetof(dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) {
+            l->adds = info->dlpi_adds;
+            if (l->adds == l->lookedAt) return 1;  // nothing loaded since
+          }
+        }
+        const char* slash = info->dlpi_name ? std::strrchr(info->dlpi_name, '/') : nullptr;
+        const char* base = slash ? slash + 1 : info->dlpi_name;
+        l->found = base != nullptr && std::strncmp(base, "libcuda.so", 10) == 0;
+        return l->found ? 1 : 0;
+      },
+      &look);
+  if (look.found) {
+    loaded.store(true, std::memory_order_relaxed);
+  } else if (look.adds != 0) {
+    lookedAt.store(look.adds, std::memory_order_relaxed);
+  }
+  return look.found;
 #endif
 }
 
