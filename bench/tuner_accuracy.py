@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The tuner's cost model against measurement: all-reduce (float32 sum, out of place, shared
-memory) on 2, 4 and 8 local ranks from 8 B to 64 MiB, with the ring and the tree forced (and
-recursive doubling and one-shot up to 1 MiB), beside the model's predictions for each
+memory) on 2, 4 and 8 local ranks from 8 B to 32 MiB, with the ring and the tree forced (and
+recursive doubling and one-shot up to 512 KiB), beside the model's predictions for each
 (weft-topo --predict) and the tuner's own choice. Prints the tables and records them in
 bench/results/YYYY-MM-DD-tuner-accuracy.md.
 
@@ -16,6 +16,8 @@ import argparse
 import datetime
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,16 +27,50 @@ BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
 ALGOS = {"ring": "ring", "tree": "tree", "rd": "recursive-doubling", "oneshot": "one-shot"}
 
 
-def run_perf(nranks, algo, max_bytes, iters, work):
+def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False):
+    """Times per size; with log_choices, also the algorithm the communicator chose per size (from
+    its WEFT_DEBUG=INFO lines)."""
     path = os.path.join(work, f"{nranks}-{algo or 'tuner'}.json")
     env = dict(os.environ, WEFT_TRANSPORT="shm")
     if algo:
         env["WEFT_ALGO"] = f"allreduce:{algo}"
+    if log_choices:
+        env["WEFT_DEBUG"] = "INFO"
     cmd = [os.path.join(BUILD, "bin", "weftrun"), "-n", str(nranks), os.path.join(BUILD, "bin", "weft-perf"),
-           "allreduce", "-b", "8", "-e", max_bytes, "-f", "4", "-n", str(iters), "-w", "3", "-c", "0", "-J", path]
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+           "allreduce", "-b", min_bytes, "-e", max_bytes, "-f", "4", "-n", str(iters), "-w", "3", "-c", "0",
+           "-J", path]
+    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE if log_choices else None, text=True)
     with open(path, encoding="utf-8") as f:
-        return {row["size"]: row["oop"]["time_us"] for row in json.load(f)}
+        times = {row["size"]: row["oop"]["time_us"] for row in json.load(f)}
+    if not log_choices:
+        return times
+    chosen = {int(m.group(1)): m.group(2)
+              for m in re.finditer(r"all-reduce of (\d+) bytes on \d+ ranks: ([a-z-]+)", done.stderr)}
+    return times, chosen
+
+
+def measure_all(nranks, top, repeats, work):
+    """Per algorithm (forced), the median over `repeats` runs of each size. The algorithms take
+    turns within each repeat, so that a noisy spell of the machine hits all of them alike. Small
+    sizes (to 512 KiB) run many iterations, since one descheduling of an oversubscribed rank
+    would swamp a short average; large ones (recursive doubling and one-shot stop at 512 KiB)
+    run few."""
+    runs = {a: [] for a in ALGOS}
+    for _ in range(repeats):
+        for a in ALGOS:
+            times = run_perf(nranks, a, "8", "512K", 100, work)
+            if a in ("ring", "tree"):
+                times.update(run_perf(nranks, a, "2M", top, 10, work))
+            runs[a].append(times)
+    return {a: {size: statistics.median(run[size] for run in runs[a]) for size in runs[a][0]} for a in ALGOS}
+
+
+def communicator_choices(nranks, top, work):
+    """The algorithm each size ran with when nothing was forced, as the communicator logged it."""
+    _, small = run_perf(nranks, None, "8", "512K", 3, work, log_choices=True)
+    _, large = run_perf(nranks, None, "2M", top, 1, work, log_choices=True)
+    return {**small, **large}
 
 
 def predictions(nranks):
@@ -52,21 +88,22 @@ def human(size):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 and 4 ranks, up to 4 MiB, 5 iterations")
+    parser.add_argument("--quick", action="store_true", help="2 and 4 ranks, up to 8 MiB, one run")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per configuration; the median is kept")
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--name", default="", help="appended to the results file's name, e.g. a run's label")
     args = parser.parse_args()
     rank_counts = [2, 4] if args.quick else [2, 4, 8]
-    top, iters = ("4M", 5) if args.quick else ("64M", 10)
+    top, repeats = ("8M", 1) if args.quick else ("32M", args.repeats)
     loadavg = open("/proc/loadavg").read().split()[:3]
-    sections, errors, bad_choices = [], [], []
+    sections, errors, bad_choices, mismatches = [], [], [], []
     with tempfile.TemporaryDirectory() as work:
         for n in rank_counts:
-            measured = {a: run_perf(n, a, top if a in ("ring", "tree") else "1M", iters, work) for a in ALGOS}
-            tuner = run_perf(n, None, top, iters, work)
+            measured = measure_all(n, top, repeats, work)
+            chosen = communicator_choices(n, top, work)
             predicted = predictions(n)
             rows = []
-            for size in sorted(tuner):
+            for size in sorted(measured["ring"]):
                 p = predicted.get(size, {})
                 cells = [human(size)]
                 for a, name in ALGOS.items():
@@ -77,10 +114,14 @@ def main():
                     cells.append(f"{m:.1f} / {pr:.1f}" if m is not None and pr is not None else "-")
                 best = min(measured[a][size] for a in ALGOS if size in measured[a])
                 choice = p.get("choice", "?")
-                ratio = tuner[size] / best if best > 0 else float("nan")
+                if chosen.get(size) != choice:
+                    mismatches.append(f"{n} ranks {human(size)}: model {choice}, communicator {chosen.get(size)}")
+                key = next((a for a, name in ALGOS.items() if name == choice), None)
+                choice_us = measured.get(key, {}).get(size, float("nan"))
+                ratio = choice_us / best if best > 0 else float("nan")
                 if ratio > 1.5:
-                    bad_choices.append(f"{n} ranks {human(size)}: {choice} {tuner[size]:.1f} us vs best {best:.1f} us")
-                cells += [choice, f"{tuner[size]:.1f}", f"{ratio:.2f}"]
+                    bad_choices.append(f"{n} ranks {human(size)}: {choice} {choice_us:.1f} us vs best {best:.1f} us")
+                cells += [choice, f"{choice_us:.1f}", f"{ratio:.2f}"]
                 rows.append(cells)
             sections.append((n, rows))
     loadavg_after = open("/proc/loadavg").read().split()[:3]
@@ -101,6 +142,8 @@ def main():
         f"(median error {median:.0%}): **{'MET' if errors and within == len(errors) else 'MISSED'}**",
         f"- tuner's choice never > 1.5x the best measured: **{'MET' if not bad_choices else 'MISSED'}**"
         + ("" if not bad_choices else " (" + "; ".join(bad_choices) + ")"),
+        f"- the communicator ran the model's choice at every size: {'yes' if not mismatches else 'NO'}"
+        + ("" if not mismatches else " (" + "; ".join(mismatches) + ")"),
     ]
     print("\n".join(verdicts + [""] + lines))
     if args.no_record:
@@ -113,10 +156,12 @@ def main():
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join([
             f"# Tuner: predicted vs measured all-reduce, {today}", "",
-            "Float32 sum, out of place, WEFT_TRANSPORT=shm, weft-perf -f 4, times per iteration (max over ranks). "
-            "Each algorithm forced with WEFT_ALGO=allreduce:ALGO (recursive doubling and one-shot up to 1 MiB); "
-            "predictions from the default shared-memory link costs (weft-topo --predict N); the tuner's choice run "
-            "with no WEFT_ALGO.", "",
+            "Float32 sum, out of place, WEFT_TRANSPORT=shm, weft-perf -f 4, times per iteration (max over ranks), "
+            f"median of {repeats} run(s): 100 iterations up to 512 KiB, 10 above. "
+            "Each algorithm forced with WEFT_ALGO=allreduce:ALGO (recursive doubling and one-shot up to 512 KiB); "
+            "predictions from the default shared-memory link costs (weft-topo --predict N). The tuner's choice is "
+            "the model's, checked against what the communicator logged with no WEFT_ALGO; its time is that "
+            "algorithm's forced median.", "",
             f"- Machine: {os.uname().nodename}, {os.cpu_count()} CPUs; load average before {' '.join(loadavg)}, "
             f"after {' '.join(loadavg_after)}",
             f"- Weft revision: {commit}",

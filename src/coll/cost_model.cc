@@ -46,7 +46,7 @@ double predictUs(const LinkCost& link, const CommLayout& layout, Collective coll
   const LinkCost l = crowded(link, k);
   const double move = l.betaUsPerB, reduce = l.betaUsPerB + l.gammaUsPerB;
   // Each of n-1 messages sent or received at once costs a rank some software time of its own.
-  const double perPeer = 0.5 * link.alphaUs * k;
+  const double perPeer = 0.75 * link.alphaUs * k;
   const double depth = log2Ceil(nranks);  // of the rooted binary trees
   const double fanOut = std::min(2.0, n - 1);  // children of an interior rooted tree node
   switch (collective) {
@@ -68,10 +68,15 @@ double predictUs(const LinkCost& link, const CommLayout& layout, Collective coll
         case Algorithm::Tree: {
           // The planned double tree: half the bytes up and down each tree, both at once. A rank
           // interior in one tree (fanOut children) is a leaf in the other, so it handles about
-          // (fanOut + 1) / 2 bytes per byte of the buffer.
-          const double hops = std::max(1, layout.treeDepth);
+          // (fanOut + 1) / 2 bytes per byte of the buffer. The first chunk climbs and descends
+          // alone, at the uncrowded rate; behind it the way up and the way down overlap, as far
+          // as idle CPU time allows: fully with a CPU per rank, less as ranks crowd the CPUs.
+          const double hops = 2.0 * std::max(1, layout.treeDepth);
           const double share = 0.5 * (std::max(1, layout.treeFanOut) + 1);
-          return pipelined(l, b, chunk, hops, share * reduce) + pipelined(l, b, chunk, hops, share * move);
+          const double piece = std::min(b, chunk);
+          const double fill = hops * (l.alphaUs + piece * share * 0.5 * (2 * link.betaUsPerB + link.gammaUsPerB));
+          const double overlapped = std::max(reduce, move) + std::min(reduce, move) * (1.0 - 1.0 / k);
+          return fill + (std::ceil(b / piece) - 1) * (l.alphaUs + piece * share * overlapped);
         }
         default: return 1e30;
       }
