@@ -13,7 +13,9 @@ script reuses); the probe input is mem-bound-probe's -J array of
 (per-process GB/s with n processes running at once, minimum over processes). The memory bound
 for busbw is copy_gbps at the same size (see bench/mem_bound_probe.cc).
 
-Each --run is one rank count and gets its own table and verdicts. Targets (reported, never
+Each JSON argument may be a comma-separated list of runs of the same sweep (bench/compare
+--repeats); the table then holds the per-size medians. Each --run is one rank count and gets its
+own table and verdicts. Targets (reported, never
 enforced through the exit status), for all-reduce:
   * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
   * Weft's busbw >= 70% of the memory bound at every size >= 16 MiB;
@@ -28,12 +30,13 @@ the targets were met), 1 when an input cannot be used or a data check failed, 2 
 import argparse
 import datetime
 import json
+import statistics
 import os
 import platform
 import subprocess
 import sys
 
-from compare_table import InputError, fmt, fmt_bw, human_size, load_rows, metric, wrong_rows
+from compare_table import InputError, fmt, fmt_bw, human_size, load_median_rows, metric, wrong_rows
 
 MIB = 1 << 20
 BUSBW_TARGET_MIN_SIZE = MIB
@@ -80,6 +83,13 @@ def load_probe(path):
     if not bound:
         warn(f"probe results {path} hold no rows")
     return bound
+
+
+def median_probe(paths):
+    """load_probe over several runs: per size, the median copy rate."""
+    runs = [load_probe(path) for path in paths]
+    return {size: statistics.median(run[size] for run in runs if size in run)
+            for size in set().union(*runs)}
 
 
 def join(weft, mpi, bound, placement):
@@ -282,9 +292,9 @@ def main(argv=None):
         except ValueError:
             parser.error(f"--run: '{nranks_text}' is not a rank count")
         try:
-            weft = load_rows(weft_path, f"weft ({nranks} ranks)", args.collective, redop)
-            mpi = load_rows(mpi_path, f"mpi ({nranks} ranks)", args.collective, redop)
-            bound = load_probe(run[3]) if want == 4 else {}
+            weft = load_median_rows(weft_path.split(","), f"weft ({nranks} ranks)", args.collective, redop)
+            mpi = load_median_rows(mpi_path.split(","), f"mpi ({nranks} ranks)", args.collective, redop)
+            bound = median_probe(run[3].split(",")) if want == 4 else {}
         except InputError as e:
             print(f"compare_mpi_table: {e}", file=sys.stderr)
             return 1

@@ -23,6 +23,7 @@ the targets were met), 1 when an input cannot be used or a data check failed, 2 
 import argparse
 import datetime
 import json
+import statistics
 import os
 import platform
 import sys
@@ -71,6 +72,29 @@ def load_rows(path, label, collective="allreduce", redop="sum"):
         rows[size] = row
     if not rows:
         warn(f"{label} results {path} hold no {collective} float {redop} rows")
+    return rows
+
+
+def load_median_rows(paths, label, collective="allreduce", redop="sum"):
+    """load_rows over several runs of the same sweep: per size present in every run, the median
+    of each timing (time_us, algbw, busbw) and the worst data check. One path: its rows as is."""
+    runs = [load_rows(path, f"{label} run {i + 1}" if len(paths) > 1 else label, collective, redop)
+            for i, path in enumerate(paths)]
+    if len(runs) == 1:
+        return runs[0]
+    rows = {}
+    for size in sorted(set.intersection(*(set(run) for run in runs))):
+        row = json.loads(json.dumps(runs[0][size]))  # a deep copy
+        for placement in ("oop", "ip"):
+            for key in ("time_us", "algbw", "busbw"):
+                values = [metric(run[size], placement, key) for run in runs]
+                if all(v is not None for v in values):
+                    row[placement][key] = statistics.median(values)
+            wrongs = [run[size][placement].get("wrong") for run in runs]
+            counted = [w for w in wrongs if isinstance(w, (int, float)) and not isinstance(w, bool)]
+            if counted:
+                row[placement]["wrong"] = max(counted)
+        rows[size] = row
     return rows
 
 
