@@ -8,7 +8,10 @@ std::function<Status()> bind(std::shared_ptr<CommState> state, const char* fn, C
   return [state = std::move(state), fn, op = std::move(op)]() -> Status {
     if (!state->communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
     core::Communicator& c = *state->communicator;
-    return op(c).withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
+    Status status = op(c);
+    // Formatted only on failure: this runs on every call's latency path.
+    if (status.isOk()) return status;
+    return status.withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
   };
 }
 

@@ -5,7 +5,7 @@
 
 #include <chrono>
 #include <cstring>
-#include <deque>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/reduce.h"
@@ -20,12 +20,29 @@ namespace {
 constexpr int kBusyRounds = 16;  // idle rounds before spinning starts to yield the core
 constexpr int kMaxSleepMs = 50;  // so abort and the deadline are seen promptly
 
+// A first-in first-out queue on one vector: unlike std::deque, an empty one allocates nothing,
+// and a collective builds several per call on its latency path. Every element ever pushed
+// stays until the queue is destroyed, which a run's bounded step count allows.
+template <typename T>
+class StepQueue {
+ public:
+  bool empty() const { return head_ == items_.size(); }
+  const T& front() const { return items_[head_]; }
+  void pop_front() { ++head_; }
+  template <typename... Args>
+  void emplace_back(Args&&... args) { items_.emplace_back(std::forward<Args>(args)...); }
+
+ private:
+  std::vector<T> items_;
+  size_t head_ = 0;
+};
+
 struct PeerState {
   transport::Connection* connection = nullptr;
   size_t sendCursor = 0;  // next index into the schedule's send order to post
   size_t recvCursor = 0;
-  std::deque<std::pair<transport::RequestId, uint32_t>> postedSends;  // (request, step)
-  std::deque<std::pair<transport::RequestId, uint32_t>> postedRecvs;
+  StepQueue<std::pair<transport::RequestId, uint32_t>> postedSends;  // (request, step)
+  StepQueue<std::pair<transport::RequestId, uint32_t>> postedRecvs;
 };
 
 class Run {
@@ -112,7 +129,7 @@ class Run {
       ready_[step] = 1;
       return postInOrder(static_cast<size_t>(st.peerSlot));
     }
-    computeQueue_.push_back(step);
+    computeQueue_.emplace_back(step);
     return Status::ok();
   }
 
@@ -221,7 +238,7 @@ class Run {
   std::vector<uint32_t> remaining_;
   std::vector<uint8_t> ready_;
   std::vector<PeerState> peers_;
-  std::deque<uint32_t> computeQueue_;  // ready reductions and copies, oldest first
+  StepQueue<uint32_t> computeQueue_;  // ready reductions and copies, oldest first
   std::vector<pollfd> pollFds_;
   size_t completed_ = 0;
 };

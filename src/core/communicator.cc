@@ -207,6 +207,15 @@ Status Communicator::connectFor(std::span<const CollectiveCall> calls, const cha
   return fail(mesh_.connectPeers(std::move(peers), deadline).withContext(what));
 }
 
+coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t bytes) {
+  const auto key = std::pair(collective, bytes);
+  if (auto it = algorithms_.find(key); it != algorithms_.end()) return it->second;
+  if (algorithms_.size() >= 256) algorithms_.clear();  // a size sweep must not grow it forever
+  const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
+  algorithms_.emplace(key, algorithm);
+  return algorithm;
+}
+
 coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
   using coll::Collective;
   coll::CollectiveShape shape;
@@ -297,7 +306,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
       call.op = weftSum;
     }
     const coll::CollectiveShape shape = shapeOf(call);
-    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, call.collective, shape.bytes());
+    const coll::Algorithm algorithm = algorithmFor(call.collective, shape.bytes());
     schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
     operations.push_back({call.send, call.recv, call.type, call.op, messageTag(call)});
   }

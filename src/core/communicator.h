@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 #include <span>
@@ -57,6 +58,9 @@ class Communicator {
   Status connectFor(std::span<const CollectiveCall> calls, const char* what, const Deadline& deadline);
   Status measureLinks();
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
+  // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
+  // and the model prices every algorithm to find it.
+  coll::Algorithm algorithmFor(coll::Collective collective, size_t bytes);
   // A failed collective leaves connections mid-message: the communicator stays failed.
   Status fail(Status status);
 
@@ -71,6 +75,7 @@ class Communicator {
   bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with
   coll::CommLayout layout_{};           // its size, planned trees and crowding, for the model
+  std::map<std::pair<coll::Collective, size_t>, coll::Algorithm> algorithms_;  // algorithmFor's
   std::vector<unsigned> progressCpus_;
   std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
