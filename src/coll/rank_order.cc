@@ -18,7 +18,11 @@ int RankOrder::treeDepth(int nranks) const {
 int RankOrder::treeFanOut(int nranks) const {
   int fanOut = 0;
   for (int which = 0; which < 2; ++which) {
-    for (int r = 0; r < nranks; ++r) fanOut = std::max(fanOut, treePosition(which, r, nranks).childCount);
+    std::vector<int> children(static_cast<size_t>(std::max(nranks, 0)), 0);
+    for (int r = 0; r < nranks; ++r) {
+      const int parent = parentOf(which, r, nranks);
+      if (parent >= 0 && parent < nranks) fanOut = std::max(fanOut, ++children[static_cast<size_t>(parent)]);
+    }
   }
   return fanOut;
 }

@@ -7,20 +7,15 @@
 
 #include <algorithm>
 #include <array>
-#include <span>
 #include <vector>
 
 namespace weft::coll {
 
-// A rank's place in one tree. A host's first rank can have three children: two hosts below
-// it in the host tree and the next rank of its own host's chain.
+// A rank's place in one tree. In the planned trees a host's first rank can have three
+// children: two hosts below it in the host tree and the next rank of its own host's chain.
 struct TreePosition {
-  static constexpr int kMaxChildren = 3;
-  int parent = -1;  // -1 at the root
-  std::array<int, kMaxChildren> children{-1, -1, -1};
-  int childCount = 0;
-
-  std::span<const int> childList() const { return {children.data(), static_cast<size_t>(childCount)}; }
+  int parent = -1;            // -1 at the root
+  std::vector<int> children;  // in rank order for the planned trees, 2v+1 before 2v+2 for the rooted one
 };
 
 struct RankOrder {
@@ -44,8 +39,8 @@ struct RankOrder {
     if (parent.size() != static_cast<size_t>(nranks)) return binaryPosition(rank, 0, nranks);
     TreePosition pos;
     pos.parent = parent[static_cast<size_t>(rank)];
-    for (int r = 0; r < nranks && pos.childCount < TreePosition::kMaxChildren; ++r) {
-      if (parent[static_cast<size_t>(r)] == rank) pos.children[static_cast<size_t>(pos.childCount++)] = r;
+    for (int r = 0; r < nranks; ++r) {
+      if (parent[static_cast<size_t>(r)] == rank) pos.children.push_back(r);
     }
     return pos;
   }
@@ -60,9 +55,7 @@ struct RankOrder {
     auto real = [&](int virtualPosition) { return ringRank(virtualPosition + base, nranks); };
     TreePosition pos;
     if (v > 0) pos.parent = real((v - 1) / 2);
-    for (int child = 2 * v + 1; child <= 2 * v + 2 && child < nranks; ++child) {
-      pos.children[static_cast<size_t>(pos.childCount++)] = real(child);
-    }
+    for (int child = 2 * v + 1; child <= 2 * v + 2 && child < nranks; ++child) pos.children.push_back(real(child));
     return pos;
   }
 

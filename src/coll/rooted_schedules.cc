@@ -44,7 +44,7 @@ Region reduceFrom(ScheduleBuilder& b, const CollectiveShape& shape, ScratchSlots
 Region treeReduceChunk(ScheduleBuilder& b, const CollectiveShape& shape, const TreePosition& pos,
                        ScratchSlots& recvSlots, Region input, Region acc, size_t elements) {
   Region current = input;
-  for (int child : pos.childList()) current = reduceFrom(b, shape, recvSlots, child, acc, current, elements);
+  for (int child : pos.children) current = reduceFrom(b, shape, recvSlots, child, acc, current, elements);
   if (pos.parent >= 0) b.send(pos.parent, current, elements * shape.elementSize);
   return current;
 }
@@ -121,7 +121,7 @@ Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& 
     const Region mine = chunks.at(Buffer::Recv, c);
     const Region source = root && !shape.inPlace ? chunks.at(Buffer::Send, c) : mine;
     if (!root) b.recv(pos.parent, mine, chunks.bytes(c));
-    for (int child : pos.childList()) b.send(child, source, chunks.bytes(c));
+    for (int child : pos.children) b.send(child, source, chunks.bytes(c));
     if (root && !shape.inPlace) b.copy(mine, source, chunks.bytes(c));
   }
   return b.finish("tree", 0);
@@ -137,7 +137,7 @@ Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pip
   ScheduleBuilder b(shape.inPlace);
   const bool root = pos.parent < 0;
   for (size_t c = 0; c < chunks.count(); ++c) {
-    if (pos.childCount == 0) {  // a leaf
+    if (pos.children.empty()) {  // a leaf
       b.send(pos.parent, chunks.at(Buffer::Send, c), chunks.bytes(c));
       continue;
     }
@@ -175,7 +175,7 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
       } else {
         b.recv(pos.parent, mine, elements * esize);
       }
-      for (int child : pos.childList()) b.send(child, mine, elements * esize);
+      for (int child : pos.children) b.send(child, mine, elements * esize);
     }
   }
   return b.finish("tree", recvSlots.end());
