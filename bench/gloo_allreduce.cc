@@ -96,33 +96,21 @@ int parseArgs(int argc, char** argv, Options* options) {
       {"address", required_argument, nullptr, 'a'},
       {"help", no_argument, nullptr, 'h'},
   });
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, kShortOptions.c_str(), kLongOptions.data(), nullptr)) != -1) {
-    const std::string arg = optarg != nullptr ? optarg : "";
-    std::string error;
-    const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
-    if (common > 0) continue;
-    switch (c) {
-      case 's':
-        if (arg.empty()) return weftperf::usageError(kTool, "-s: needs a directory");
-        options->storeDir = arg;
-        break;
-      case 'a':
-        if (arg.empty()) return weftperf::usageError(kTool, "-a: needs a host name or address");
-        options->address = arg;
-        break;
-      case 'h':
-        if (!weftperf::launcherSaysNotRankZero()) printUsage();
-        return kExitOk;
-      case ':':
-        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
-      default:
-        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
-        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
-    }
-  }
+  const int status = weftperf::readOptions(
+      argc, argv, kTool, kShortOptions, kLongOptions.data(), options, printUsage, [&](int c, const std::string& arg) {
+        switch (c) {
+          case 's':
+            if (arg.empty()) return weftperf::usageError(kTool, "-s: needs a directory");
+            options->storeDir = arg;
+            break;
+          case 'a':
+            if (arg.empty()) return weftperf::usageError(kTool, "-a: needs a host name or address");
+            options->address = arg;
+            break;
+        }
+        return -1;
+      });
+  if (status >= 0) return status;
   if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
   if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
     return weftperf::usageError(kTool, "%s", error.c_str());

@@ -99,33 +99,21 @@ int parseArgs(int argc, char** argv, Options* options) {
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:t:J:h", kLongOptions, nullptr)) != -1) {
-    const std::string arg = optarg != nullptr ? optarg : "";
-    std::string error;
-    const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
-    if (common > 0) continue;
-    switch (c) {
-      case 't': {
-        char* end = nullptr;
-        options->seconds = std::strtod(arg.c_str(), &end);
-        if (arg.empty() || *end != '\0' || !(options->seconds > 0 && options->seconds <= 60)) {
-          return weftperf::usageError(kTool, "-t: '%s' is not a time in seconds (0 < S <= 60)", arg.c_str());
+  const int status = weftperf::readOptions(
+      argc, argv, kTool, ":b:e:f:i:t:J:h", kLongOptions, options, printUsage, [&](int c, const std::string& arg) {
+        switch (c) {
+          case 't': {
+            char* end = nullptr;
+            options->seconds = std::strtod(arg.c_str(), &end);
+            if (arg.empty() || *end != '\0' || !(options->seconds > 0 && options->seconds <= 60)) {
+              return weftperf::usageError(kTool, "-t: '%s' is not a time in seconds (0 < S <= 60)", arg.c_str());
+            }
+            break;
+          }
         }
-        break;
-      }
-      case 'h':
-        if (!weftperf::launcherSaysNotRankZero()) printUsage();
-        return kExitOk;
-      case ':':
-        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
-      default:
-        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
-        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
-    }
-  }
+        return -1;
+      });
+  if (status >= 0) return status;
   if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
   if (std::string error; !weftperf::finishCommonOptions(options, &error)) {
     return weftperf::usageError(kTool, "%s", error.c_str());

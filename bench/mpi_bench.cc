@@ -84,25 +84,9 @@ int parseArgs(int argc, char** argv, Options* options) {
   static const std::vector<option> kLongOptions = weftperf::longOptions({
       {"help", no_argument, nullptr, 'h'},
   });
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, kShortOptions.c_str(), kLongOptions.data(), nullptr)) != -1) {
-    const std::string arg = optarg != nullptr ? optarg : "";
-    std::string error;
-    const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
-    if (common > 0) continue;
-    switch (c) {
-      case 'h':
-        if (!weftperf::launcherSaysNotRankZero()) printUsage();
-        return kExitOk;
-      case ':':
-        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
-      default:
-        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
-        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
-    }
-  }
+  const int status = weftperf::readOptions(argc, argv, kTool, kShortOptions, kLongOptions.data(), options, printUsage,
+                                           [](int, const std::string&) { return -1; });
+  if (status >= 0) return status;
   if (optind < argc) {
     const std::string name = argv[optind++];
     if (name == "allreduce") {

@@ -45,21 +45,20 @@ int localRank() {
   return 0;
 }
 
+void printUsage() {
+  std::printf("usage: nccl-bench [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP] [-c 0|1] [-J FILE]\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   weftperf::CommonOptions options;
   static const std::string kShort = weftperf::shortOptions("h");
   static const std::vector<option> kLong = weftperf::longOptions({{"help", no_argument, nullptr, 'h'}});
-  for (int c; (c = getopt_long(argc, argv, kShort.c_str(), kLong.data(), nullptr)) != -1;) {
-    std::string error;
-    const int common = weftperf::parseCommonOption(c, optarg != nullptr ? optarg : "", &options, &error);
-    if (common < 0) return weftperf::usageError("nccl-bench", "%s", error.c_str());
-    if (common == 0) {
-      std::printf("usage: nccl-bench [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP] [-c 0|1] [-J FILE]\n");
-      return c == 'h' ? kExitOk : weftperf::kExitUsage;
-    }
-  }
+  const int status = weftperf::readOptions(argc, argv, "nccl-bench", kShort, kLong.data(), &options, printUsage,
+                                           [](int, const std::string&) { return -1; });
+  if (status >= 0) return status;
+  if (optind < argc) return weftperf::usageError("nccl-bench", "unexpected argument '%s'", argv[optind]);
   if (std::string error; !weftperf::finishCommonOptions(&options, &error)) {
     return weftperf::usageError("nccl-bench", "%s", error.c_str());
   }

@@ -139,6 +139,32 @@ int usageError(const char* tool, const char* format, ...) {
   return kExitUsage;
 }
 
+int readOptions(int argc, char** argv, const char* tool, const std::string& shortOpts, const option* longOpts,
+                CommonOptions* options, void (*usage)(), const std::function<int(int, const std::string&)>& own) {
+  opterr = 0;  // the messages are ours
+  int c;
+  while ((c = getopt_long(argc, argv, shortOpts.c_str(), longOpts, nullptr)) != -1) {
+    const std::string arg = optarg != nullptr ? optarg : "";
+    std::string error;
+    const int common = parseCommonOption(c, arg, options, &error);
+    if (common < 0) return usageError(tool, "%s", error.c_str());
+    if (common > 0) continue;
+    switch (c) {
+      case 'h':
+        if (!launcherSaysNotRankZero()) usage();
+        return kExitOk;
+      case ':':
+        return usageError(tool, "option %s needs a value", argv[optind - 1]);
+      case '?':
+        if (optopt != 0) return usageError(tool, "unknown option -%c", optopt);
+        return usageError(tool, "unknown option %s", argv[optind - 1]);
+      default:
+        if (const int status = own(c, arg); status >= 0) return status;
+    }
+  }
+  return -1;
+}
+
 Measurement collectiveMeasurement(size_t bytes, double busFactor, double timeUs, long long wrong) {
   Measurement m;
   m.timeUs = timeUs;

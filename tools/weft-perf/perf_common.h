@@ -7,6 +7,7 @@
 #include <getopt.h>
 
 #include <cstdio>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -66,6 +67,14 @@ std::string shortOptions(const char* own);
 
 // "tool: <message>" and "Run 'tool -h' for the options." on stderr; returns kExitUsage.
 int usageError(const char* tool, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+// The getopt loop every driver runs over `shortOpts` / `longOpts` (a terminated table): the
+// shared flags go to parseCommonOption; -h prints `usage` (on rank 0 only) and ends with
+// kExitOk; a missing value or an unknown option is a usage error; every other option goes to
+// `own(opt, arg)`, which returns -1 to go on or an exit status. Returns -1 once every option is
+// read (optind then names the first operand), else the exit status.
+int readOptions(int argc, char** argv, const char* tool, const std::string& shortOpts, const option* longOpts,
+                CommonOptions* options, void (*usage)(), const std::function<int(int, const std::string&)>& own);
 
 // One timed variant (out-of-place or in-place) of one row.
 struct Measurement {

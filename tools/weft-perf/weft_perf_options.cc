@@ -64,6 +64,19 @@ std::string redOpNames() {
   return joinNames(names.data(), names.size());
 }
 
+// -o and -d: `arg` names one of `all` (as `find` knows it), or is "all" for every one. False
+// when it is neither.
+template <typename T, typename Find>
+bool pick(const std::string& arg, const std::vector<T>& all, Find find, std::vector<const T*>* chosen) {
+  chosen->clear();
+  if (arg == "all") {
+    for (const T& item : all) chosen->push_back(&item);
+  } else if (const T* item = find(arg)) {
+    chosen->push_back(item);
+  }
+  return !chosen->empty();
+}
+
 }  // namespace
 
 int parseArgs(int argc, char** argv, Options* options) {
@@ -75,56 +88,34 @@ int parseArgs(int argc, char** argv, Options* options) {
       {"gpu", no_argument, nullptr, 'G'},
       {"help", no_argument, nullptr, 'h'},
   });
-  opterr = 0;  // we print our own messages
-  int c;
-  while ((c = getopt_long(argc, argv, kShortOptions.c_str(), kLongOptions.data(), nullptr)) != -1) {
-    const std::string arg = optarg != nullptr ? optarg : "";
-    std::string error;
-    const int common = weftperf::parseCommonOption(c, arg, options, &error);
-    if (common < 0) return weftperf::usageError(kTool, "%s", error.c_str());
-    if (common > 0) continue;
-    switch (c) {
-      case 'o':
-        options->ops.clear();
-        if (arg == "all") {
-          for (const RedOp& op : allRedOps()) options->ops.push_back(&op);
-        } else if (const RedOp* op = findRedOp(arg)) {
-          options->ops.push_back(op);
-        } else {
-          return weftperf::usageError(kTool, "-o: unknown operation '%s' (use %s, or all)", arg.c_str(),
-                            redOpNames().c_str());
+  const int status = weftperf::readOptions(
+      argc, argv, kTool, kShortOptions, kLongOptions.data(), options, printUsage, [&](int c, const std::string& arg) {
+        switch (c) {
+          case 'o':
+            if (!pick(arg, allRedOps(), findRedOp, &options->ops)) {
+              return weftperf::usageError(kTool, "-o: unknown operation '%s' (use %s, or all)", arg.c_str(),
+                                          redOpNames().c_str());
+            }
+            break;
+          case 'd':
+            if (!pick(arg, allDataTypes(), findDataType, &options->types)) {
+              return weftperf::usageError(kTool, "-d: unknown data type '%s' (use %s, or all)", arg.c_str(),
+                                          dataTypeNames().c_str());
+            }
+            break;
+          case 'r': {
+            long root = 0;
+            if (!parseInt(arg, 0, 1 << 30, &root)) return weftperf::usageError(kTool, "-r: bad root '%s'", arg.c_str());
+            options->root = static_cast<int>(root);
+            break;
+          }
+          case 'G':
+            options->gpu = true;
+            break;
         }
-        break;
-      case 'd':
-        options->types.clear();
-        if (arg == "all") {
-          for (const DataType& type : allDataTypes()) options->types.push_back(&type);
-        } else if (const DataType* type = findDataType(arg)) {
-          options->types.push_back(type);
-        } else {
-          return weftperf::usageError(kTool, "-d: unknown data type '%s' (use %s, or all)", arg.c_str(),
-                            dataTypeNames().c_str());
-        }
-        break;
-      case 'r': {
-        long root = 0;
-        if (!parseInt(arg, 0, 1 << 30, &root)) return weftperf::usageError(kTool, "-r: bad root '%s'", arg.c_str());
-        options->root = static_cast<int>(root);
-        break;
-      }
-      case 'G':
-        options->gpu = true;
-        break;
-      case 'h':
-        if (!launcherSaysNotRankZero()) printUsage();
-        return kExitOk;
-      case ':':
-        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
-      default:
-        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
-        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
-    }
-  }
+        return -1;
+      });
+  if (status >= 0) return status;
   if (argc - optind > 1) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind + 1]);
   if (argc - optind == 1) {
     options->collective = findCollective(argv[optind]);
