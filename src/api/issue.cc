@@ -3,16 +3,9 @@
 namespace weft::api {
 namespace {
 
-// The operation as it runs: on the communicator, with the call's name and the rank in errors.
+// The operation as it will run, later, on the worker: it holds the communicator's state.
 std::function<Status()> bind(std::shared_ptr<CommState> state, const char* fn, CommOp op) {
-  return [state = std::move(state), fn, op = std::move(op)]() -> Status {
-    if (!state->communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
-    core::Communicator& c = *state->communicator;
-    Status status = op(c);
-    // Formatted only on failure: this runs on every call's latency path.
-    if (status.isOk()) return status;
-    return status.withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
-  };
+  return [state = std::move(state), fn, op = std::move(op)]() mutable -> Status { return runOnComm(*state, fn, op); };
 }
 
 }  // namespace
@@ -38,9 +31,12 @@ Status enqueueOnStream(std::shared_ptr<CommState> state, std::shared_ptr<HostStr
   return queued;
 }
 
-weftResult_t issue(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn, CommOp op) {
+Status withCallContext(Status status, const char* fn, const core::Communicator& c) {
+  return status.withContext(formatString("%s (rank %d of %d)", fn, c.rank(), c.size()));
+}
+
+weftResult_t issueOnStream(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn, CommOp op) {
   CommState* cs = state.get();
-  if (stream == nullptr) return reportError(cs->engine.runBlocking(bind(state, fn, std::move(op))), cs);
   auto hostStream = lookupStream(stream);
   if (!hostStream) return reportError(Status(weftInvalidArgument, std::string(fn) + ": the stream was destroyed"), cs);
   return reportError(enqueueOnStream(std::move(state), std::move(hostStream), fn, std::move(op), true), cs);

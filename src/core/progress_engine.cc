@@ -8,15 +8,26 @@
 
 namespace weft::core {
 
-Status ProgressEngine::runBlocking(Task task) {
+bool ProgressEngine::enterIfIdle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (busy_ || !queue_.empty()) return false;
+  busy_ = true;
+  return true;
+}
+
+void ProgressEngine::leave() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  busy_ = false;
+  changed_.notify_all();
+}
+
+Status ProgressEngine::runQueued(Task task) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!busy_ && queue_.empty()) {
+  if (!busy_ && queue_.empty()) {  // the engine went idle since runBlocking looked
     busy_ = true;
     lock.unlock();
     Status status = task();
-    lock.lock();
-    busy_ = false;
-    changed_.notify_all();
+    leave();
     return status;
   }
   // Something is queued or running: take a place in the queue and wait for the worker. The

@@ -25,8 +25,17 @@ class ProgressEngine {
   ProgressEngine& operator=(const ProgressEngine&) = delete;
   ~ProgressEngine() { shutdown(); }
 
-  // Runs `task` after everything issued before it and returns its status.
-  Status runBlocking(Task task);
+  // Runs `task` after everything issued before it and returns its status: on this thread
+  // when nothing is ahead of it (without copying it anywhere), else on the worker.
+  template <typename F>
+  Status runBlocking(F&& task) {
+    if (enterIfIdle()) {
+      Status status = task();
+      leave();
+      return status;
+    }
+    return runQueued(Task(std::forward<F>(task)));
+  }
 
   // Queues `task` behind everything issued before it; the worker runs it. The task reports its
   // own outcome (to its stream); the status it returns is dropped.
@@ -40,6 +49,9 @@ class ProgressEngine {
   void setCpus(std::vector<unsigned> cpus);
 
  private:
+  bool enterIfIdle();  // marks the engine busy if nothing is queued or running
+  void leave();        // ends what enterIfIdle let in
+  Status runQueued(Task task);
   void workerLoop();
   Status ensureWorker();  // with mutex_ held
 
