@@ -1,6 +1,6 @@
-// Shared memory under faults: a rank killed with SIGKILL in the middle of a large all-reduce
-// gives every survivor an error within the timeout, and leaves no segment of the job in
-// /dev/shm. Ranks are real processes on the shared-memory transport.
+// Shared memory under faults: a rank killed with SIGKILL in the middle of a large all-reduce,
+// or while its peers wait for it in the small all-reduces' arena, gives every survivor an error
+// within the timeout, and leaves no segment of the job in /dev/shm. Ranks are real processes on the shared-memory transport.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -65,6 +65,40 @@ TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/s
     double seconds = std::chrono::duration<double>(Clock::now() - killedAround).count();
     RANK_CHECK(ctx, rc == weftRemoteError || rc == weftSystemError || rc == weftTimeout, "rc %d", rc);
     RANK_CHECK(ctx, seconds < 2.0 * kTimeoutMs / 1000, "error came %.2f s after the kill", seconds);
+    std::printf("rank %d: error %.3f s after the kill: %s\n", ctx.rank, seconds, weftGetLastError(comm));
+    RANK_WEFT(ctx, weftCommAbort(comm));
+    auto left = segmentsOf(segmentPrefix(ctx.id));
+    RANK_CHECK(ctx, left.empty(), "%zu segment(s) of the job left in /dev/shm", left.size());
+    return 0;
+  });
+  unsetenv("WEFT_TRANSPORT");
+  REQUIRE(outcomes.size() == 3);
+  CHECK(outcomes[2].signal == SIGKILL);
+  for (int r : {0, 1}) {
+    INFO("rank " << r << ": " << outcomes[static_cast<size_t>(r)].output);
+    CHECK(outcomes[static_cast<size_t>(r)].exitCode == 0);
+  }
+}
+
+TEST_CASE("shm: kill -9 of a rank during small all-reduces on the arena: survivors see it gone", "[shm][faults]") {
+  // Small all-reduces skip the connections (coll/arena_allreduce.h): a survivor waiting in the
+  // arena must still notice that the peer's connection closed, long before the timeout.
+  constexpr int kTimeoutMs = 30000;
+  setenv("WEFT_TRANSPORT", "shm", 1);
+  auto outcomes = runRanks(3, [&](RankContext& ctx) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = kTimeoutMs;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    float x = 1;
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+    if (ctx.rank == 2) raise(SIGKILL);
+    const auto killedBy = Clock::now();
+    weftResult_t rc = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
+    double seconds = std::chrono::duration<double>(Clock::now() - killedBy).count();
+    RANK_CHECK(ctx, rc == weftRemoteError, "rc %d: %s", rc, weftGetLastError(comm));
+    RANK_CHECK(ctx, seconds < kTimeoutMs / 1000.0 / 2, "error came %.2f s after the kill", seconds);
     std::printf("rank %d: error %.3f s after the kill: %s\n", ctx.rank, seconds, weftGetLastError(comm));
     RANK_WEFT(ctx, weftCommAbort(comm));
     auto left = segmentsOf(segmentPrefix(ctx.id));

@@ -69,6 +69,10 @@ class Connection {
   // Descriptors to sleep on when nothing progresses (none: the caller yields instead).
   virtual void addPollFds(std::vector<pollfd>* fds) const = 0;
 
+  // An error when the peer is known to be gone (it closed its end), for waits on the peer that
+  // happen outside this connection (see shm_arena.h). Never blocks.
+  virtual Status checkPeerAlive() { return Status::ok(); }
+
   virtual int peerRank() const = 0;
   virtual const char* kind() const = 0;  // "socket", "shm", ...
 };

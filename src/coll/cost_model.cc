@@ -10,9 +10,13 @@ namespace weft::coll {
 // x86 VMs (bench/results/*-tuner-accuracy.md).
 LinkCost defaultSharedMemoryCost() { return {1.5, 1.0 / 4500.0, 1.0 / 10000.0}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
+// ~0.5 us for 8 bytes on 2 ranks, ~2 GB/s per peer's input as the slots outgrow the L1 cache
+// (bench/results/2026-11-23-*): faster than the executor's one-shot up to a few KiB.
+LinkCost arenaCost() { return {0.5, 1.0 / 2000.0, 0.0}; }
 
-CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu) {
-  return {nranks, order.treeDepth(nranks), std::max(1, order.treeFanOut(nranks)), std::max(1.0, ranksPerCpu)};
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t arenaBytes) {
+  return {nranks, order.treeDepth(nranks), std::max(1, order.treeFanOut(nranks)), std::max(1.0, ranksPerCpu),
+          arenaBytes};
 }
 
 namespace {
@@ -62,9 +66,18 @@ double predictUs(const LinkCost& link, const CommLayout& layout, Collective coll
           const double rounds = std::log2(pow2) + (pow2 < n ? 2 : 0);
           return rounds * (l.alphaUs + b * reduce);
         }
-        case Algorithm::OneShot:
+        case Algorithm::OneShot: {
+          if (bytesIn <= layout.arenaBytes) {
+            // One copy into the arena, then each peer's input read and reduced. Where ranks
+            // share CPUs, the ranks that wait yield their CPU to those yet to publish: context
+            // switches, growing with the square of the crowding (fitted on 2 cores with 2, 4
+            // and 8 ranks: about 0.6, 11 and 50 us for 8 bytes).
+            const LinkCost a = arenaCost();
+            return a.alphaUs + 3.5 * (k * k - 1) + (n - 1) * b * a.betaUsPerB * k;
+          }
           // n-1 messages leave at once (the sender copies each), then n-1 reductions.
           return l.alphaUs + (n - 1) * (perPeer + b * (move + l.gammaUsPerB));
+        }
         case Algorithm::Tree: {
           // The planned double tree: half the bytes up and down each tree, both at once. A rank
           // interior in one tree (fanOut children) is a leaf in the other, so it handles about

@@ -25,6 +25,9 @@ struct LinkCost {
 
 LinkCost defaultSharedMemoryCost();
 LinkCost defaultSocketCost();
+// The arena: no messages, so no per-message software cost; each peer's input crosses from its
+// core's cache to this one's.
+LinkCost arenaCost();
 
 // What the model knows of the communicator besides its links: its size, the shape of its
 // planned trees, and how crowded its busiest host is.
@@ -35,10 +38,13 @@ struct CommLayout {
   // Ranks per CPU on the busiest host. Above 1 ranks take turns on the cores: every hop waits
   // for its receiver to be scheduled, and each rank copies and reduces at a share of a core.
   double ranksPerCpu = 1;
+  // The largest all-reduce the one-shot algorithm runs through the shared-memory arena (all
+  // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: none.
+  size_t arenaBytes = 0;
 };
 
 // The layout of n ranks following `order`, ranksPerCpu as measured by the caller.
-CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu);
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t arenaBytes = 0);
 
 // Predicted microseconds for `collective` of `bytes` (the shape's: whole buffer, or one rank's
 // block for the blocked collectives), pipelined in chunks of chunkBytes.

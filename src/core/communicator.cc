@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/bootstrap.h"
+#include "coll/arena_allreduce.h"
 #include "coll/schedule_merge.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
@@ -98,7 +99,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                 plan.transport[static_cast<size_t>(rank)], abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
   communicator->order_ = plan::rankOrderOf(plan);
-  communicator->layout_ = coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements));
+  const bool oneHost = std::all_of(placements.begin(), placements.end(),
+                                   [](const plan::RankPlacement& p) { return p.host == 0; });
+  const bool arena = oneHost && nranks > 1 && config.shm.policy != transport::ShmPolicy::Never;
+  communicator->layout_ =
+      coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements), arena ? coll::kArenaMaxBytes : 0);
   communicator->deviceIpcEverywhere_ = std::all_of(
       plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
       [](plan::DeviceTransport d) { return d != plan::DeviceTransport::Staged; });
@@ -148,13 +153,18 @@ size_t inputBytes(const CollectiveCall& call, int nranks) {
 
 // A digest of what every rank of one call agrees on, so that a rank in a different call (or the
 // same collective with another count, type, operator or root) is caught at its first message.
+// A multiply-xorshift mix: it runs on every call's latency path.
 transport::MessageTag messageTag(const CollectiveCall& call) {
   const bool p2p = isPointToPoint(call);
   const uint64_t fields[] = {p2p ? 0xffu : static_cast<uint64_t>(call.collective), call.count,
                              static_cast<uint64_t>(call.type),
                              coll::isReducing(call.collective) ? static_cast<uint64_t>(call.op) : 0,
                              p2p ? 0 : static_cast<uint64_t>(call.root)};
-  const uint64_t hash = fnv1a64(fields, sizeof(fields));
+  uint64_t hash = 0x9e3779b97f4a7c15ull;
+  for (uint64_t field : fields) {
+    hash = (hash ^ field) * 0xbf58476d1ce4e5b9ull;
+    hash ^= hash >> 31;
+  }
   return static_cast<transport::MessageTag>(hash ^ (hash >> 32));
 }
 
@@ -192,19 +202,24 @@ Status Communicator::connectFor(std::span<const CollectiveCall> calls, const cha
       peers.push_back(call.root);
     }
   }
-  if (everyone && !allConnected_) {
-    WEFT_TRY(fail(mesh_.connectAll(deadline).withContext(what)));
-    allConnected_ = true;
-    recvReduceEverywhere_ = true;
-    for (int peer = 0; peer < size(); ++peer) {
-      if (peer == rank()) continue;
-      WEFT_ASSIGN_OR_RETURN(transport::Connection * c, mesh_.connection(peer, deadline));
-      recvReduceEverywhere_ = recvReduceEverywhere_ && c->supportsRecvReduce();
-    }
-    return Status::ok();
-  }
-  if (everyone || peers.empty()) return Status::ok();
+  if (everyone) return connectAll(what, deadline);
+  if (peers.empty()) return Status::ok();
   return fail(mesh_.connectPeers(std::move(peers), deadline).withContext(what));
+}
+
+Status Communicator::connectAll(const char* what, const Deadline& deadline) {
+  if (allConnected_) return Status::ok();
+  WEFT_TRY(fail(mesh_.connectAll(deadline).withContext(what)));
+  allConnected_ = true;
+  recvReduceEverywhere_ = true;
+  shmEverywhere_ = true;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    WEFT_ASSIGN_OR_RETURN(transport::Connection * c, mesh_.connection(peer, deadline));
+    recvReduceEverywhere_ = recvReduceEverywhere_ && c->supportsRecvReduce();
+    shmEverywhere_ = shmEverywhere_ && std::strcmp(c->kind(), "shm") == 0;
+  }
+  return Status::ok();
 }
 
 coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t bytes) {
@@ -213,6 +228,10 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   if (algorithms_.size() >= 256) algorithms_.clear();  // a size sweep must not grow it forever
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
+  if (collective == coll::Collective::AllReduce && algorithm == coll::Algorithm::OneShot && bytes <= layout_.arenaBytes) {
+    // No schedule is built for these (schedule_cache.cc logs the others' choices).
+    WEFT_INFO("all-reduce of %zu bytes on %d ranks: one-shot through the shared-memory arena", bytes, size());
+  }
   return algorithm;
 }
 
@@ -279,13 +298,91 @@ Status Communicator::measureLinks() {
   return Status::ok();
 }
 
+bool Communicator::suitsArena(const CollectiveCall& call) {
+  // Decided alike on every rank: from the call and from what every rank knows.
+  if (call.collective != coll::Collective::AllReduce) return false;
+  const size_t bytes = callBytes(call);
+  return bytes > 0 && bytes <= layout_.arenaBytes && algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
+}
+
+Status Communicator::setUpArena(const Deadline& deadline) {
+  if (arenaTried_) return Status::ok();
+  arenaTried_ = true;
+  // Each rank creates its segment; the names go round (an all-gather on the executor); each
+  // rank maps every other's, and a MIN all-reduce tells whether all did. Then every name goes,
+  // so nothing is left in /dev/shm whatever happens to the processes later.
+  struct Record {
+    uint8_t ok;
+    char name[63];
+  };
+  Record mine{};
+  WEFT_TRY(connectAll("all-reduce", deadline));
+  auto created = transport::ShmArena::create(formatString("%08x-arena-%d", mesh_.secretDigest(), rank()), rank(),
+                                             size(), coll::kArenaMaxBytes);
+  std::string why;
+  if (!shmEverywhere_) {
+    why = "not every connection of this rank is shared memory";
+  } else if (!created.isOk()) {
+    why = created.status().message();
+  } else if (created.value().ownName().size() >= sizeof(mine.name)) {
+    why = "segment name too long";
+  } else {
+    mine.ok = 1;
+    std::memcpy(mine.name, created.value().ownName().c_str(), created.value().ownName().size() + 1);
+  }
+  std::vector<Record> all(static_cast<size_t>(size()));
+  const CollectiveCall gather{coll::Collective::AllGather, &mine, all.data(), sizeof(Record), weftUint8};
+  WEFT_TRY(runScheduled({&gather, 1}, deadline));
+  uint8_t attached = 1;
+  for (int peer = 0; peer < size() && attached; ++peer) {
+    const Record& r = all[static_cast<size_t>(peer)];
+    if (!r.ok) {
+      attached = 0;
+      if (why.empty()) why = mesh_.describe(peer) + " could not create its segment";
+    } else if (peer != rank()) {
+      Status s = created.value().attach(peer, std::string(r.name, strnlen(r.name, sizeof(r.name))));
+      if (!s.isOk()) {
+        attached = 0;
+        why = s.message();
+      }
+    }
+  }
+  const CollectiveCall agree{coll::Collective::AllReduce, &attached, &attached, 1, weftUint8, weftMin};
+  WEFT_TRY(runScheduled({&agree, 1}, deadline));
+  if (created.isOk()) created.value().unlinkOwn();
+  if (attached) {
+    arena_ = std::move(created.value());
+    WEFT_INFO("small all-reduces (up to %zu bytes) go through a shared-memory arena", coll::kArenaMaxBytes);
+  } else {
+    WEFT_INFO("small all-reduces stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
+    layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
+    algorithms_.clear();
+  }
+  return Status::ok();
+}
+
+Status Communicator::runOnArena(const CollectiveCall& call, const Deadline& deadline) {
+  coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
+  if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
+  coll::ExecutionContext context{size(), "all-reduce", deadline, config_.timeoutMs, abortFlag_, &mesh_, spinTime_};
+  return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
+}
+
 Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
-  const char* what = calls.size() == 1 ? coll::collectiveName(calls[0].collective) : "group";
   if (!failure_.isOk()) {
     return Status(failure_.code(), "the communicator failed earlier and must be aborted: " + failure_.message());
   }
   if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
   const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
+  if (calls.size() == 1 && suitsArena(calls[0])) {
+    WEFT_TRY(setUpArena(deadline));
+    if (arena_) return fail(runOnArena(calls[0], deadline));
+  }
+  return runScheduled(calls, deadline);
+}
+
+Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline) {
+  const char* what = calls.size() == 1 ? coll::collectiveName(calls[0].collective) : "group";
   WEFT_TRY(copyToSelf(calls, rank()));
   WEFT_TRY(connectFor(calls, what, deadline));
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <span>
 
@@ -12,6 +13,7 @@
 #include "core/collective_call.h"
 #include "core/peer_mesh.h"
 #include "core/unique_id.h"
+#include "transport/shm/shm_arena.h"
 
 namespace weft::core {
 
@@ -56,7 +58,14 @@ class Communicator {
   Communicator(PeerMesh mesh, const CommConfig& config, coll::TuningConfig tuning, const std::atomic<bool>* abortFlag);
   void* scratch(size_t bytes);
   Status connectFor(std::span<const CollectiveCall> calls, const char* what, const Deadline& deadline);
+  Status connectAll(const char* what, const Deadline& deadline);  // collective; once
   Status measureLinks();
+  // The calls as schedules, run together by the executor.
+  Status runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline);
+  // Small all-reduces on one host skip the executor: the one-shot algorithm over the arena.
+  bool suitsArena(const CollectiveCall& call);
+  Status setUpArena(const Deadline& deadline);  // collective, once; leaves arena_ empty if any rank cannot
+  Status runOnArena(const CollectiveCall& call, const Deadline& deadline);
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
   // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
   // and the model prices every algorithm to find it.
@@ -69,8 +78,12 @@ class Communicator {
   coll::TuningConfig tuning_;
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
-  bool allConnected_ = false;           // connectAll has run and recvReduceEverywhere_ is known
+  bool allConnected_ = false;           // connectAll has run: the two flags below are known
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
+  bool shmEverywhere_ = false;         // every connection is shared memory
+  bool arenaTried_ = false;
+  std::optional<transport::ShmArena> arena_;
+  uint32_t arenaSeq_ = 0;  // arena calls so far
   coll::RankOrder order_;               // the planner's first ring and its trees, which algorithms follow
   bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with

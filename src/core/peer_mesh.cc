@@ -106,8 +106,7 @@ Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& 
   if (sameHost) {
     // Both sides get here for a pair on one host, so both take part in the setup (a side with
     // shared memory disabled declines in it).
-    uint64_t secretHash = fnv1a64(secret_.data(), secret_.size());
-    std::string tag = formatString("%08x-%d-%d", static_cast<unsigned>(secretHash), rank_, peer);
+    std::string tag = formatString("%08x-%d-%d", secretDigest(), rank_, peer);
     transport::ShmPeer shmPeer{peer, info.hostName, static_cast<pid_t>(info.pid)};
     auto shm = transport::establishShm(shmPeer, streams, tag, shm_, deadline, abortFlag_);
     if (!shm.isOk()) return shm.status().withContext("shared memory with " + describe(peer));

@@ -35,6 +35,8 @@ class PeerMesh final : public coll::ConnectionProvider {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(peers_.size()); }
   const PeerInfo& peer(int rank) const { return peers_[static_cast<size_t>(rank)]; }
+  // A digest of the job's secret, for naming this job's shared-memory segments.
+  uint32_t secretDigest() const { return static_cast<uint32_t>(fnv1a64(secret_.data(), secret_.size())); }
   // "rank 3 (host, pid 1234)" for error messages.
   std::string describe(int rank) const override;
 

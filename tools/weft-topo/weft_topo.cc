@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/arena_allreduce.h"
 #include "coll/tuner.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
@@ -45,7 +46,9 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
   std::vector<weft::plan::RankPlacement> ranks;
   for (int l = 0; l < n; ++l) ranks.push_back(weft::plan::placeRank(host, -1, -1, l));
   const auto plan = weft::plan::makePlan(ranks);
-  const CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks));
+  // One host over shared memory: small all-reduces may take the arena.
+  const CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks),
+                                     socketLinks ? 0 : kArenaMaxBytes);
   const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
   for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
     std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);

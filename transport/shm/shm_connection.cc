@@ -240,4 +240,10 @@ bool ShmConnection::prepareToSleep() {
 
 void ShmConnection::addPollFds(std::vector<pollfd>* fds) const { fds->push_back({p_.control.get(), POLLIN, 0}); }
 
+Status ShmConnection::checkPeerAlive() {
+  pollfd fd{p_.control.get(), POLLRDHUP, 0};
+  if (::poll(&fd, 1, 0) > 0 && (fd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return peerGone();
+  return Status::ok();
+}
+
 }  // namespace weft::transport

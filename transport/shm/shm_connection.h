@@ -42,6 +42,7 @@ class ShmConnection final : public Connection {
   RequestId completedRecvs() const override { return recvsCompleted_; }
   bool prepareToSleep() override;
   void addPollFds(std::vector<pollfd>* fds) const override;
+  Status checkPeerAlive() override;
   int peerRank() const override { return p_.peerRank; }
   const char* kind() const override { return "shm"; }
 

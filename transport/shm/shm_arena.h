@@ -1,0 +1,88 @@
+// Shared slots for small collectives among all ranks of one host (the "arena"): each rank owns
+// a segment with two slots, writes its input into the slot of the call's parity and publishes
+// the call's sequence number; every peer reads it straight out of the owner's segment. No ring,
+// no control messages: a small all-reduce is one store per rank and one cache-line transfer
+// per peer, where a ring connection costs a message each way through the executor.
+//
+// Reuse needs no acknowledgement: a rank writes its slot of parity p again at call s+2 only
+// after it has seen every peer's call s+1 published, and a peer publishes s+1 only after it has
+// finished reading call s. So every caller of one arena must run the same sequence of arena
+// calls (the communicator's issue order guarantees that).
+//
+// Waiting spins, then sleeps on a futex in the owner's slot header (process-shared), so ranks
+// that share cores do not burn each other's time slices.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_segment.h"
+#include "util/deadline.h"
+#include "util/status.h"
+
+namespace weft::transport {
+
+class ShmArena {
+ public:
+  // The header of one slot; the data follows in the same cache line, so a message of up to
+  // 48 bytes reaches a peer in a single line transfer.
+  struct alignas(16) SlotHeader {
+    std::atomic<uint32_t> seq;  // the last call published here (0: none yet)
+    uint32_t bytes;             // its input's size
+    uint64_t tag;               // a digest of its signature, equal on every rank of one call
+  };
+  static_assert(sizeof(SlotHeader) == 16 && std::atomic<uint32_t>::is_always_lock_free);
+
+  ShmArena() = default;
+
+  // Creates this rank's segment for `nranks` ranks with slots of `capacity` bytes each.
+  static Result<ShmArena> create(const std::string& tag, int rank, int nranks, size_t capacity);
+
+  // The name a peer passes to attach(); valid until unlinkOwn().
+  const std::string& ownName() const { return segments_[static_cast<size_t>(rank_)].name(); }
+  // Maps a peer's segment (its name from ownName() on that rank), which has the same geometry.
+  Status attach(int peer, const std::string& name);
+  // Removes this rank's segment name, once every peer has attached.
+  void unlinkOwn() { segments_[static_cast<size_t>(rank_)].unlink(); }
+
+  size_t capacity() const { return capacity_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(segments_.size()); }
+
+  // Where this rank's input to call `seq` goes (capacity() bytes), then publish() it.
+  void* ownData(uint32_t seq) { return data(rank_, seq); }
+  void publish(uint32_t seq, uint32_t bytes, uint64_t tag);
+
+  // Whether `peer` has published call `seq`; its input is then at data(peer, seq).
+  bool published(int peer, uint32_t seq) const {
+    return header(peer, seq)->seq.load(std::memory_order_acquire) == seq;
+  }
+  const SlotHeader& slot(int peer, uint32_t seq) const { return *header(peer, seq); }
+  const void* peerData(int peer, uint32_t seq) const { return data(peer, seq); }
+
+  // Sleeps until `peer` publishes `seq`, at most `slice` (returns early, spuriously too).
+  void sleepUntilPublished(int peer, uint32_t seq, std::chrono::milliseconds slice);
+
+ private:
+  // A segment: per parity, a slot (header + capacity bytes), then a line of waiter counts.
+  size_t slotStride() const { return (sizeof(SlotHeader) + capacity_ + 63) / 64 * 64; }
+  SlotHeader* header(int peer, uint32_t seq) const {
+    auto* base = static_cast<char*>(segments_[static_cast<size_t>(peer)].data());
+    return reinterpret_cast<SlotHeader*>(base + (seq & 1) * slotStride());
+  }
+  void* data(int peer, uint32_t seq) const { return reinterpret_cast<char*>(header(peer, seq)) + sizeof(SlotHeader); }
+  std::atomic<uint32_t>* waiters(int peer) const {
+    auto* base = static_cast<char*>(segments_[static_cast<size_t>(peer)].data());
+    return reinterpret_cast<std::atomic<uint32_t>*>(base + 2 * slotStride());
+  }
+  size_t segmentBytes() const { return 2 * slotStride() + 64; }
+
+  int rank_ = 0;
+  size_t capacity_ = 0;
+  std::vector<ShmSegment> segments_;  // by rank; this rank's own is created, the others mapped
+};
+
+}  // namespace weft::transport
