@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/cpu/reduce.h"
 
@@ -25,9 +26,10 @@ Status aborted(const ExecutionContext& context) {
 
 // Waits until `peer` has published call `seq`: spins a little, then yields the core between
 // looks (ranks that share cores need it to publish) until context.spinTime has passed, then
-// sleeps on the slot's futex in slices, checking abort, the deadline and the peer's
-// connection between them.
-Status awaitPeer(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context) {
+// sleeps on the slot's futex in slices, checking abort, the deadline (timeoutMs from the first
+// wait that got this far, or context.deadline if sooner) and the peer's connection between them.
+Status awaitPeer(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context,
+                 std::optional<Deadline>* deadline) {
   for (int i = 0; i < kBusyLooks; ++i) {
     if (arena.published(peer, seq)) return Status::ok();
     cpuRelax();
@@ -41,18 +43,21 @@ Status awaitPeer(transport::ShmArena& arena, int peer, uint32_t seq, const Execu
       if (std::chrono::steady_clock::now() >= spinUntil) break;
     }
   }
+  // The deadline starts here rather than at the call: reading the clock for it on every call
+  // would cost a small all-reduce 5%, and the spin before this is bounded.
+  if (!*deadline) *deadline = Deadline::afterMs(context.timeoutMs).earlier(context.deadline);
   for (;;) {
     if (arena.published(peer, seq)) return Status::ok();
     if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
-    if (context.deadline.expired()) {
+    if ((*deadline)->expired()) {
       return Status(weftRemoteError, formatString("%s: timed out after %d ms waiting for data from %s",
                                                   context.collective, context.timeoutMs,
                                                   context.connections->describe(peer).c_str()));
     }
-    WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, context.deadline));
+    WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, **deadline));
     WEFT_TRY(connection->checkPeerAlive().withContext(context.collective));
-    const auto slice = std::min<std::chrono::milliseconds>(kSleepSlice,
-                                                           std::chrono::milliseconds(context.deadline.remainingMs()));
+    const auto slice =
+        std::min<std::chrono::milliseconds>(kSleepSlice, std::chrono::milliseconds((*deadline)->remainingMs()));
     arena.sleepUntilPublished(peer, seq, slice);
   }
 }
@@ -71,9 +76,10 @@ Status arenaAllReduce(transport::ShmArena& arena, uint32_t seq, const ArenaAllRe
   arena.publish(seq, static_cast<uint32_t>(bytes), call.tag);
 
   const int n = arena.size();
+  std::optional<Deadline> deadline;
   for (int k = 1; k < n; ++k) {
     const int peer = (arena.rank() + k) % n;
-    WEFT_TRY(awaitPeer(arena, peer, seq, context));
+    WEFT_TRY(awaitPeer(arena, peer, seq, context, &deadline));
     const auto& slot = arena.slot(peer, seq);
     if (slot.bytes != bytes || slot.tag != call.tag) {
       return Status(weftInvalidUsage,

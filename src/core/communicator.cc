@@ -224,8 +224,13 @@ Status Communicator::connectAll(const char* what, const Deadline& deadline) {
 
 coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t bytes) {
   const auto key = std::pair(collective, bytes);
-  if (auto it = algorithms_.find(key); it != algorithms_.end()) return it->second;
+  if (lastAlgorithm_ && lastAlgorithm_->first == key) return lastAlgorithm_->second;  // a loop's repeats
+  if (auto it = algorithms_.find(key); it != algorithms_.end()) {
+    lastAlgorithm_ = *it;
+    return it->second;
+  }
   if (algorithms_.size() >= 256) algorithms_.clear();  // a size sweep must not grow it forever
+  lastAlgorithm_.reset();
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
   if (collective == coll::Collective::AllReduce && algorithm == coll::Algorithm::OneShot && bytes <= layout_.arenaBytes) {
@@ -306,7 +311,6 @@ bool Communicator::suitsArena(const CollectiveCall& call) {
 }
 
 Status Communicator::setUpArena(const Deadline& deadline) {
-  if (arenaTried_) return Status::ok();
   arenaTried_ = true;
   // Each rank creates its segment; the names go round (an all-gather on the executor); each
   // rank maps every other's, and a MIN all-reduce tells whether all did. Then every name goes,
@@ -357,14 +361,16 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     WEFT_INFO("small all-reduces stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
     layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
     algorithms_.clear();
+    lastAlgorithm_.reset();
   }
   return Status::ok();
 }
 
-Status Communicator::runOnArena(const CollectiveCall& call, const Deadline& deadline) {
+Status Communicator::runOnArena(const CollectiveCall& call) {
   coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
   if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
-  coll::ExecutionContext context{size(), "all-reduce", deadline, config_.timeoutMs, abortFlag_, &mesh_, spinTime_};
+  coll::ExecutionContext context{size(), "all-reduce", Deadline::never(), config_.timeoutMs, abortFlag_,
+                                 &mesh_, spinTime_};
   return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
 }
 
@@ -373,12 +379,11 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
     return Status(failure_.code(), "the communicator failed earlier and must be aborted: " + failure_.message());
   }
   if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
-  const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
   if (calls.size() == 1 && suitsArena(calls[0])) {
-    WEFT_TRY(setUpArena(deadline));
-    if (arena_) return fail(runOnArena(calls[0], deadline));
+    if (!arenaTried_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
+    if (arena_) return fail(runOnArena(calls[0]));
   }
-  return runScheduled(calls, deadline);
+  return runScheduled(calls, Deadline::afterMs(config_.timeoutMs));
 }
 
 Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline) {

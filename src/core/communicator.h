@@ -65,7 +65,7 @@ class Communicator {
   // Small all-reduces on one host skip the executor: the one-shot algorithm over the arena.
   bool suitsArena(const CollectiveCall& call);
   Status setUpArena(const Deadline& deadline);  // collective, once; leaves arena_ empty if any rank cannot
-  Status runOnArena(const CollectiveCall& call, const Deadline& deadline);
+  Status runOnArena(const CollectiveCall& call);
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
   // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
   // and the model prices every algorithm to find it.
@@ -89,6 +89,7 @@ class Communicator {
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with
   coll::CommLayout layout_{};           // its size, planned trees and crowding, for the model
   std::map<std::pair<coll::Collective, size_t>, coll::Algorithm> algorithms_;  // algorithmFor's
+  std::optional<std::pair<std::pair<coll::Collective, size_t>, coll::Algorithm>> lastAlgorithm_;  // its last hit
   std::vector<unsigned> progressCpus_;
   std::chrono::microseconds spinTime_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
