@@ -114,6 +114,61 @@ TEST_CASE("shm: kill -9 of a rank during small all-reduces on the arena: survivo
   }
 }
 
+TEST_CASE("shm: a rank with shared memory disabled keeps every rank off the arena, together", "[shm][faults]") {
+  // Whether small all-reduces take the arena, and which algorithm each call takes, must be
+  // decided alike on every rank: one rank's WEFT_SHM_DISABLE=1 reaches the others through the
+  // bootstrap, the plan puts its pairs on sockets, and no rank tries the arena.
+  setenv("WEFT_DEBUG", "INFO", 1);
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    if (ctx.rank == 2) setenv("WEFT_SHM_DISABLE", "1", 1);
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    for (int call = 0; call < 200; ++call) {
+      std::vector<int32_t> v(1 + call % 64, ctx.rank + call);
+      RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftInt32, weftSum, comm, nullptr));
+      for (int32_t x : v) RANK_CHECK(ctx, x == 3 * call + 3, "call %d: sum %d", call, x);
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    auto left = segmentsOf(segmentPrefix(ctx.id));
+    RANK_CHECK(ctx, left.empty(), "%zu segment(s) of the job left in /dev/shm", left.size());
+    return 0;
+  });
+  unsetenv("WEFT_DEBUG");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) {
+    CHECK(o.exitCode == 0);
+    CHECK(o.output.find("shared-memory arena") == std::string::npos);
+  }
+}
+
+TEST_CASE("shm: small all-reduces on every rank of a host go through the arena", "[shm][faults]") {
+  // Each rank maps every other's arena segment: the names must last until all have.
+  setenv("WEFT_DEBUG", "INFO", 1);
+  auto outcomes = runRanks(4, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    for (int call = 0; call < 100; ++call) {
+      double x = ctx.rank + call;
+      RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat64, weftMax, comm, nullptr));
+      RANK_CHECK(ctx, x == 3 + call, "call %d: max %g", call, x);
+    }
+    auto left = segmentsOf(segmentPrefix(ctx.id));
+    RANK_CHECK(ctx, left.empty(), "%zu segment(s) still named in /dev/shm", left.size());
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_DEBUG");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) {
+    CHECK(o.exitCode == 0);
+    CHECK(o.output.find("go through a shared-memory arena") != std::string::npos);
+  }
+}
+
 TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
   setenv("WEFT_TRANSPORT", "shm", 1);
   auto outcomes = runRanks(4, [](RankContext& ctx) {

@@ -197,6 +197,19 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
   }
 }
 
+TEST_CASE("planner: a rank that may not use shared memory gets sockets to every peer", "[topology][planner]") {
+  // 3 ranks on one host; rank 1 runs with WEFT_SHM_DISABLE=1 (its placement says so).
+  std::vector<plan::RankPlacement> ranks(3);
+  ranks[1].sharedMemory = false;
+  const plan::Plan plan = plan::makePlan(ranks);
+  CHECK(plan.transport[0][2] == plan::Transport::Shm);
+  CHECK(plan.transport[2][0] == plan::Transport::Shm);
+  for (int peer : {0, 2}) {
+    CHECK(plan.transport[1][static_cast<size_t>(peer)] == plan::Transport::Socket);
+    CHECK(plan.transport[static_cast<size_t>(peer)][1] == plan::Transport::Socket);
+  }
+}
+
 TEST_CASE("planner: on 8 GPUs and 4 NICs each channel enters and leaves a host by its NIC's GPUs",
           "[topology][planner]") {
   const auto host = load("gpu8-nic4.xml");

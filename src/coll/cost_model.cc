@@ -69,11 +69,11 @@ double predictUs(const LinkCost& link, const CommLayout& layout, Collective coll
         case Algorithm::OneShot: {
           if (bytesIn <= layout.arenaBytes) {
             // One copy into the arena, then each peer's input read and reduced. Where ranks
-            // share CPUs, the ranks that wait yield their CPU to those yet to publish: context
-            // switches, growing with the square of the crowding (fitted on 2 cores with 2, 4
-            // and 8 ranks: about 0.6, 11 and 50 us for 8 bytes).
+            // share CPUs, a rank waits for the ranks yet to publish to get a CPU: context
+            // switches, growing with the crowding (fitted on 2 cores with 2, 4 and 8 ranks:
+            // about 0.5, 8 and 16 us for 8 bytes), while reading goes at the same rate.
             const LinkCost a = arenaCost();
-            return a.alphaUs + 3.5 * (k * k - 1) + (n - 1) * b * a.betaUsPerB * k;
+            return a.alphaUs + 5.5 * (k - 1) + (n - 1) * b * a.betaUsPerB;
           }
           // n-1 messages leave at once (the sender copies each), then n-1 reductions.
           return l.alphaUs + (n - 1) * (perPeer + b * (move + l.gammaUsPerB));

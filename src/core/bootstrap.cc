@@ -52,7 +52,8 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   std::snprintf(hello.hostName, sizeof(hello.hostName), "%s", localHostName().c_str());
   hello.placement = {static_cast<int16_t>(placement.numaNode), static_cast<int16_t>(placement.gpu),
                      static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount),
-                     static_cast<int16_t>(std::min(placement.cpus, int{INT16_MAX})), 0};
+                     static_cast<int16_t>(std::min(placement.cpus, int{INT16_MAX})),
+                     placement.sharedMemory ? int16_t{0} : kPlacementNoSharedMemory};
 
   const std::string where = "bootstrap root " + id.root.toString();
   auto connected = transport::connectTo(id.root, deadline, abortFlag);

@@ -52,6 +52,7 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     peers[r].placement.preferredNic = w.preferredNic >= 0 && w.preferredNic < w.nicCount ? w.preferredNic : -1;
     peers[r].placement.nicCount = w.nicCount > 0 ? w.nicCount : 0;
     peers[r].placement.cpus = w.cpus > 0 ? w.cpus : 0;
+    peers[r].placement.sharedMemory = (w.flags & kPlacementNoSharedMemory) == 0;
   }
   return peers;
 }

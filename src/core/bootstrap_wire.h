@@ -27,8 +27,9 @@ struct WirePlacement {
   int16_t preferredNic;
   int16_t nicCount;
   int16_t cpus;  // CPUs its host lets it use; 0 unknown
-  int16_t reserved;
+  int16_t flags;  // kPlacementNoSharedMemory
 };
+constexpr int16_t kPlacementNoSharedMemory = 1;  // the rank keeps all its pairs on sockets
 
 // A rank introduces itself to the root.
 struct RankHello {

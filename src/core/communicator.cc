@@ -90,7 +90,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   WEFT_ASSIGN_OR_RETURN(coll::TuningConfig tuning, coll::loadTuningConfig());
   WEFT_ASSIGN_OR_RETURN(auto host, topo::processTopology());
   const int numa = plan::currentNumaNode(*host);
-  const plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
+  plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
+  mine.sharedMemory = config.shm.policy != transport::ShmPolicy::Never;
   WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous, joinRendezvous(id, rank, nranks, config.timeoutMs, mine, abortFlag));
   const std::vector<plan::RankPlacement> placements = placementsOf(rendezvous.peers);
   plan::Plan plan = plan::makePlan(placements);
@@ -99,16 +100,21 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                 plan.transport[static_cast<size_t>(rank)], abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
   communicator->order_ = plan::rankOrderOf(plan);
-  const bool oneHost = std::all_of(placements.begin(), placements.end(),
-                                   [](const plan::RankPlacement& p) { return p.host == 0; });
-  const bool arena = oneHost && nranks > 1 && config.shm.policy != transport::ShmPolicy::Never;
+  // Whether the arena may serve small all-reduces must be the same on every rank, so it is
+  // decided from what all ranks know (one host, shared memory allowed everywhere); a rank that
+  // cannot take part (no shared memory to be had) says so when the arena is set up, and all
+  // fall back together.
+  const bool arena = nranks > 1 && std::all_of(placements.begin(), placements.end(), [](const plan::RankPlacement& p) {
+    return p.host == 0 && p.sharedMemory;
+  });
   communicator->layout_ =
       coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements), arena ? coll::kArenaMaxBytes : 0);
   communicator->deviceIpcEverywhere_ = std::all_of(
       plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
       [](plan::DeviceTransport d) { return d != plan::DeviceTransport::Staged; });
-  // The model prices every algorithm by the slowest link any pair uses.
-  bool anySocket = config.shm.policy == transport::ShmPolicy::Never;
+  // The model prices every algorithm by the slowest link any pair uses (as planned: the same on
+  // every rank, so that all ranks choose alike).
+  bool anySocket = false;
   for (const auto& r : plan.transport) anySocket = anySocket || std::count(r.begin(), r.end(), plan::Transport::Socket) > 0;
   communicator->link_ = anySocket ? coll::defaultSocketCost() : coll::defaultSharedMemoryCost();
   if (tuning.measureLinks) WEFT_TRY(communicator->measureLinks());
@@ -321,30 +327,34 @@ Status Communicator::setUpArena(const Deadline& deadline) {
   };
   Record mine{};
   WEFT_TRY(connectAll("all-reduce", deadline));
-  auto created = transport::ShmArena::create(formatString("%08x-arena-%d", mesh_.secretDigest(), rank()), rank(),
-                                             size(), coll::kArenaMaxBytes);
+  std::optional<transport::ShmArena> created;
   std::string why;
   if (!shmEverywhere_) {
-    why = "not every connection of this rank is shared memory";
-  } else if (!created.isOk()) {
-    why = created.status().message();
-  } else if (created.value().ownName().size() >= sizeof(mine.name)) {
-    why = "segment name too long";
+    why = "not every connection of " + mesh_.describe(rank()) + " is shared memory";
   } else {
-    mine.ok = 1;
-    std::memcpy(mine.name, created.value().ownName().c_str(), created.value().ownName().size() + 1);
+    auto made = transport::ShmArena::create(formatString("%08x-arena-%d", mesh_.secretDigest(), rank()), rank(),
+                                            size(), coll::kArenaMaxBytes);
+    if (!made.isOk()) {
+      why = made.status().message();
+    } else if (made.value().ownName().size() >= sizeof(mine.name)) {
+      why = "segment name too long";
+    } else {
+      created = made.take();
+      mine.ok = 1;
+      std::memcpy(mine.name, created->ownName().c_str(), created->ownName().size() + 1);
+    }
   }
   std::vector<Record> all(static_cast<size_t>(size()));
   const CollectiveCall gather{coll::Collective::AllGather, &mine, all.data(), sizeof(Record), weftUint8};
   WEFT_TRY(runScheduled({&gather, 1}, deadline));
-  uint8_t attached = 1;
+  uint8_t attached = mine.ok;
   for (int peer = 0; peer < size() && attached; ++peer) {
     const Record& r = all[static_cast<size_t>(peer)];
     if (!r.ok) {
       attached = 0;
-      if (why.empty()) why = mesh_.describe(peer) + " could not create its segment";
+      why = mesh_.describe(peer) + " could not create its segment";
     } else if (peer != rank()) {
-      Status s = created.value().attach(peer, std::string(r.name, strnlen(r.name, sizeof(r.name))));
+      Status s = created->attach(peer, std::string(r.name, strnlen(r.name, sizeof(r.name))));
       if (!s.isOk()) {
         attached = 0;
         why = s.message();
@@ -353,9 +363,9 @@ Status Communicator::setUpArena(const Deadline& deadline) {
   }
   const CollectiveCall agree{coll::Collective::AllReduce, &attached, &attached, 1, weftUint8, weftMin};
   WEFT_TRY(runScheduled({&agree, 1}, deadline));
-  if (created.isOk()) created.value().unlinkOwn();
+  if (created) created->unlinkOwn();
   if (attached) {
-    arena_ = std::move(created.value());
+    arena_ = std::move(created);
     WEFT_INFO("small all-reduces (up to %zu bytes) go through a shared-memory arena", coll::kArenaMaxBytes);
   } else {
     WEFT_INFO("small all-reduces stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());

@@ -16,6 +16,7 @@ struct RankPlacement {
   int preferredNic = -1; // its host's NIC closest to its GPU (or NUMA node); -1 none
   int nicCount = 0;      // NICs on its host
   int cpus = 0;          // CPUs (hwloc PUs) its host lets it use; 0 unknown
+  bool sharedMemory = true;  // it may use shared memory (not WEFT_TRANSPORT=socket or WEFT_SHM_DISABLE=1)
 };
 
 // This rank's placement on `host`: its NUMA node from the CPUs it may run on, its GPU (-1 for

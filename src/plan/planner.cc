@@ -172,7 +172,8 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
         t = Transport::Self;
         d = DeviceTransport::Self;
       } else if (sameHost) {
-        if (policy != TransportPolicy::Socket) t = Transport::Shm;
+        const bool shm = ranks[static_cast<size_t>(a)].sharedMemory && ranks[static_cast<size_t>(b)].sharedMemory;
+        if (policy != TransportPolicy::Socket && shm) t = Transport::Shm;
         d = DeviceTransport::CudaIpc;
       }
     }

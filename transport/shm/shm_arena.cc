@@ -36,7 +36,9 @@ Result<ShmArena> ShmArena::create(const std::string& tag, int rank, int nranks, 
 
 Status ShmArena::attach(int peer, const std::string& name) {
   if (peer < 0 || peer >= size() || peer == rank_) return Status(weftInternalError, "ShmArena::attach: bad peer");
-  WEFT_ASSIGN_OR_RETURN(segments_[static_cast<size_t>(peer)], ShmSegment::open(name, segmentBytes()));
+  // Every rank maps it: its creator removes the name once all have (unlinkOwn).
+  WEFT_ASSIGN_OR_RETURN(segments_[static_cast<size_t>(peer)],
+                        ShmSegment::open(name, segmentBytes(), ShmSegment::Name::Keep));
   return Status::ok();
 }
 

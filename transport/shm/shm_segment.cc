@@ -72,7 +72,7 @@ Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
   return segment;
 }
 
-Result<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes) {
+Result<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes, Name nameAfter) {
   if (name.size() < 7 || name.compare(0, 6, "/weft-") != 0 || name.find('/', 1) != std::string::npos) {
     return Status(weftRemoteError, "the peer named an invalid shared-memory segment");
   }
@@ -91,8 +91,10 @@ Result<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes) {
   segment.name_ = name;
   segment.data_ = data;
   segment.bytes_ = bytes;
-  segment.linked_ = true;  // mapped now: the name can go
-  segment.unlink();
+  if (nameAfter == Name::Unlink) {
+    segment.linked_ = true;  // mapped now: the name can go
+    segment.unlink();
+  }
   return segment;
 }
 

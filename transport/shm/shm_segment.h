@@ -24,7 +24,10 @@ class ShmSegment {
   // /dev/shm) is weftSystemError with the size that was needed.
   static Result<ShmSegment> create(const std::string& tag, size_t bytes);
   // Maps the segment a peer created; it must be this user's, mode 0600, and exactly `bytes`.
-  static Result<ShmSegment> open(const std::string& name, size_t bytes);
+  // A segment with one mapper (Unlink) loses its name at once; one that several ranks map
+  // (Keep) keeps it until its creator unlinks it.
+  enum class Name { Unlink, Keep };
+  static Result<ShmSegment> open(const std::string& name, size_t bytes, Name nameAfter = Name::Unlink);
 
   // Removes the name (the mapping stays). Idempotent; a name already gone is fine.
   void unlink();
