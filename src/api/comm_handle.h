@@ -64,9 +64,18 @@ weftResult_t reportError(const Status& status, CommState* state = nullptr);
 
 using CommOp = std::function<Status(core::Communicator&)>;
 
+// The context a failed call's status gets: "fn (rank r of n)".
+Status withCallContext(Status status, const char* fn, const core::Communicator& c);
+
 // Runs `op` on the communicator; a failure's message names the call and the rank.
 template <typename Op>
-Status runOnComm(CommState& state, const char* fn, Op& op);
+Status runOnComm(CommState& state, const char* fn, Op& op) {
+  if (!state.communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
+  Status status = op(*state.communicator);
+  // Formatted only on failure: this runs on every call's latency path.
+  if (status.isOk()) return status;
+  return withCallContext(std::move(status), fn, *state.communicator);
+}
 
 // Queues `op` on a host stream (returning at once); see issue.h.
 weftResult_t issueOnStream(std::shared_ptr<CommState> state, weftStream_t stream, const char* fn, CommOp op);
@@ -79,18 +88,6 @@ weftResult_t issue(std::shared_ptr<CommState> state, weftStream_t stream, const 
   if (stream != nullptr) return issueOnStream(std::move(state), stream, fn, CommOp(std::forward<Op>(op)));
   CommState* cs = state.get();
   return reportError(cs->engine.runBlocking([cs, fn, &op] { return runOnComm(*cs, fn, op); }), cs);
-}
-
-// The context a failed call's status gets: "fn (rank r of n)".
-Status withCallContext(Status status, const char* fn, const core::Communicator& c);
-
-template <typename Op>
-Status runOnComm(CommState& state, const char* fn, Op& op) {
-  if (!state.communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
-  Status status = op(*state.communicator);
-  // Formatted only on failure: this runs on every call's latency path.
-  if (status.isOk()) return status;
-  return withCallContext(std::move(status), fn, *state.communicator);
 }
 
 }  // namespace weft::api

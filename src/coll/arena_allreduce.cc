@@ -92,11 +92,7 @@ Status arenaAllReduce(transport::ShmArena& arena, uint32_t seq, const ArenaAllRe
   }
   // Every rank reduces in rank order, so every rank's result is bit-identical.
   const weftRedOp_t op = call.op == weftAvg ? weftSum : call.op;
-  if (n == 1) {
-    std::memcpy(call.recv, arena.peerData(0, seq), bytes);
-  } else {
-    kernels::reduce(call.recv, arena.peerData(0, seq), arena.peerData(1, seq), call.count, call.type, op);
-  }
+  kernels::reduce(call.recv, arena.peerData(0, seq), arena.peerData(1, seq), call.count, call.type, op);
   for (int r = 2; r < n; ++r) kernels::reduce(call.recv, call.recv, arena.peerData(r, seq), call.count, call.type, op);
   if (call.op == weftAvg) kernels::divide(call.recv, call.recv, call.count, call.type, static_cast<uint64_t>(n));
   return Status::ok();

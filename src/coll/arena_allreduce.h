@@ -27,8 +27,8 @@ struct ArenaAllReduce {
 };
 
 // `seq`: this call's number among the arena's calls, counted alike on every rank from 1.
-// Needs count * size <= arena.capacity(). Waits end context.timeoutMs after they stop spinning
-// (at most context.spinTime into the call), or at context.deadline if that is sooner.
+// Needs 2+ ranks and count * size <= arena.capacity(). Waits end context.timeoutMs after they
+// stop spinning (at most context.spinTime into the call), or at context.deadline if sooner.
 Status arenaAllReduce(transport::ShmArena& arena, uint32_t seq, const ArenaAllReduce& call,
                       const ExecutionContext& context);
 

@@ -317,7 +317,6 @@ bool Communicator::suitsArena(const CollectiveCall& call) {
 }
 
 Status Communicator::setUpArena(const Deadline& deadline) {
-  arenaTried_ = true;
   // Each rank creates its segment; the names go round (an all-gather on the executor); each
   // rank maps every other's, and a MIN all-reduce tells whether all did. Then every name goes,
   // so nothing is left in /dev/shm whatever happens to the processes later.
@@ -390,7 +389,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
   }
   if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
   if (calls.size() == 1 && suitsArena(calls[0])) {
-    if (!arenaTried_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
+    if (!arena_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
     if (arena_) return fail(runOnArena(calls[0]));
   }
   return runScheduled(calls, Deadline::afterMs(config_.timeoutMs));

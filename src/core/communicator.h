@@ -64,7 +64,9 @@ class Communicator {
   Status runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline);
   // Small all-reduces on one host skip the executor: the one-shot algorithm over the arena.
   bool suitsArena(const CollectiveCall& call);
-  Status setUpArena(const Deadline& deadline);  // collective, once; leaves arena_ empty if any rank cannot
+  // Collective, on the first call that suits the arena; if any rank cannot take part, arena_
+  // stays empty and the tuner stops choosing it (so this does not run again).
+  Status setUpArena(const Deadline& deadline);
   Status runOnArena(const CollectiveCall& call);
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
   // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
@@ -81,7 +83,6 @@ class Communicator {
   bool allConnected_ = false;           // connectAll has run: the two flags below are known
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
   bool shmEverywhere_ = false;         // every connection is shared memory
-  bool arenaTried_ = false;
   std::optional<transport::ShmArena> arena_;
   uint32_t arenaSeq_ = 0;  // arena calls so far
   coll::RankOrder order_;               // the planner's first ring and its trees, which algorithms follow
