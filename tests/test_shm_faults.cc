@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,33 +39,27 @@ std::vector<std::string> segmentsOf(const std::string& prefix) {
   return found;
 }
 
-}  // namespace
-
-TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/shm is clean", "[shm][faults]") {
-  constexpr int kTimeoutMs = 4000;
+// 3 ranks over shared memory with the given timeout. `killDuring` runs on every rank after
+// init: rank 2 dies in it by SIGKILL, and the survivors return the status of the call that
+// failed and when rank 2 was killed. Each survivor must have failed within `withinSeconds` with
+// an accepted status, and leave nothing of the job in /dev/shm after abort.
+struct KilledCall {
+  weftResult_t rc;
+  Clock::time_point killedAt;
+};
+void expectSurvivorsFail(int timeoutMs, double withinSeconds, bool (*accepted)(weftResult_t),
+                         const std::function<KilledCall(RankContext&, weftComm_t)>& killDuring) {
   setenv("WEFT_TRANSPORT", "shm", 1);
   auto outcomes = runRanks(3, [&](RankContext& ctx) {
     weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeoutMs = kTimeoutMs;
+    config.timeoutMs = timeoutMs;
     weftComm_t comm = nullptr;
     RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
     if (comm == nullptr) return 1;
-    std::vector<float> v(16 << 20, 1.0f);  // 64 MiB: each call takes a while
-    RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr));
-    if (ctx.rank == 2) {
-      std::thread([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(30));
-        raise(SIGKILL);
-      }).detach();
-    }
-    auto killedAround = Clock::now() + std::chrono::milliseconds(30);
-    weftResult_t rc = weftSuccess;
-    for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
-      rc = weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr);
-    }
-    double seconds = std::chrono::duration<double>(Clock::now() - killedAround).count();
-    RANK_CHECK(ctx, rc == weftRemoteError || rc == weftSystemError || rc == weftTimeout, "rc %d", rc);
-    RANK_CHECK(ctx, seconds < 2.0 * kTimeoutMs / 1000, "error came %.2f s after the kill", seconds);
+    const KilledCall failed = killDuring(ctx, comm);
+    double seconds = std::chrono::duration<double>(Clock::now() - failed.killedAt).count();
+    RANK_CHECK(ctx, accepted(failed.rc), "rc %d: %s", failed.rc, weftGetLastError(comm));
+    RANK_CHECK(ctx, seconds < withinSeconds, "error came %.2f s after the kill", seconds);
     std::printf("rank %d: error %.3f s after the kill: %s\n", ctx.rank, seconds, weftGetLastError(comm));
     RANK_WEFT(ctx, weftCommAbort(comm));
     auto left = segmentsOf(segmentPrefix(ctx.id));
@@ -80,38 +75,44 @@ TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/s
   }
 }
 
+}  // namespace
+
+TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/shm is clean", "[shm][faults]") {
+  constexpr int kTimeoutMs = 4000;
+  expectSurvivorsFail(
+      kTimeoutMs, 2.0 * kTimeoutMs / 1000,
+      [](weftResult_t rc) { return rc == weftRemoteError || rc == weftSystemError || rc == weftTimeout; },
+      [](RankContext& ctx, weftComm_t comm) {
+        std::vector<float> v(16 << 20, 1.0f);  // 64 MiB: each call takes a while
+        RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr));
+        if (ctx.rank == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            raise(SIGKILL);
+          }).detach();
+        }
+        auto killedAround = Clock::now() + std::chrono::milliseconds(30);
+        weftResult_t rc = weftSuccess;
+        for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
+          rc = weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr);
+        }
+        return KilledCall{rc, killedAround};
+      });
+}
+
 TEST_CASE("shm: kill -9 of a rank during small all-reduces on the arena: survivors see it gone", "[shm][faults]") {
   // Small all-reduces skip the connections (coll/arena_allreduce.h): a survivor waiting in the
   // arena must still notice that the peer's connection closed, long before the timeout.
   constexpr int kTimeoutMs = 30000;
-  setenv("WEFT_TRANSPORT", "shm", 1);
-  auto outcomes = runRanks(3, [&](RankContext& ctx) {
-    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeoutMs = kTimeoutMs;
-    weftComm_t comm = nullptr;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
-    if (comm == nullptr) return 1;
-    float x = 1;
-    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
-    if (ctx.rank == 2) raise(SIGKILL);
-    const auto killedBy = Clock::now();
-    weftResult_t rc = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
-    double seconds = std::chrono::duration<double>(Clock::now() - killedBy).count();
-    RANK_CHECK(ctx, rc == weftRemoteError, "rc %d: %s", rc, weftGetLastError(comm));
-    RANK_CHECK(ctx, seconds < kTimeoutMs / 1000.0 / 2, "error came %.2f s after the kill", seconds);
-    std::printf("rank %d: error %.3f s after the kill: %s\n", ctx.rank, seconds, weftGetLastError(comm));
-    RANK_WEFT(ctx, weftCommAbort(comm));
-    auto left = segmentsOf(segmentPrefix(ctx.id));
-    RANK_CHECK(ctx, left.empty(), "%zu segment(s) of the job left in /dev/shm", left.size());
-    return 0;
-  });
-  unsetenv("WEFT_TRANSPORT");
-  REQUIRE(outcomes.size() == 3);
-  CHECK(outcomes[2].signal == SIGKILL);
-  for (int r : {0, 1}) {
-    INFO("rank " << r << ": " << outcomes[static_cast<size_t>(r)].output);
-    CHECK(outcomes[static_cast<size_t>(r)].exitCode == 0);
-  }
+  expectSurvivorsFail(
+      kTimeoutMs, kTimeoutMs / 1000.0 / 2, [](weftResult_t rc) { return rc == weftRemoteError; },
+      [](RankContext& ctx, weftComm_t comm) {
+        float x = 1;
+        RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+        if (ctx.rank == 2) raise(SIGKILL);
+        const auto killedBy = Clock::now();
+        return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
+      });
 }
 
 TEST_CASE("shm: a rank with shared memory disabled keeps every rank off the arena, together", "[shm][faults]") {
