@@ -60,6 +60,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(laptop.packages == 1);
   CHECK(laptop.numaNodes.size() == 1);
   CHECK(laptop.pus == 8);
+  CHECK(laptop.cacheBytes == (size_t{8} << 20));
   CHECK(laptop.gpus.empty());
   REQUIRE(laptop.nics.size() == 1);
   CHECK(laptop.nics[0].name == "eth0");
@@ -71,6 +72,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(server.nics[0].numaNode == 0);
   CHECK(server.nics[1].numaNode == 1);
   CHECK(server.numaOfCpu(20) == 1);
+  CHECK(server.cacheBytes == (size_t{32} << 20));  // each package's: the ranks of one share it
 
   auto gpu = load("gpu8-nic4.xml");
   REQUIRE(gpu.gpus.size() == 8);
@@ -90,6 +92,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   auto quiet = load("no-nic.xml");
   CHECK(quiet.nics.empty());
   CHECK(quiet.gpus.empty());
+  CHECK(quiet.cacheBytes == 0);  // none described: unknown
 }
 
 TEST_CASE("topology: missing and malformed files are clear errors", "[topology]") {
@@ -131,6 +134,7 @@ TEST_CASE("topology: live discovery round-trips through WEFT_TOPO_DUMP_FILE and 
   CHECK(again.value().numaNodes.size() == live.value().numaNodes.size());
   CHECK(again.value().nics.size() == live.value().nics.size());
   CHECK(again.value().gpus.size() == live.value().gpus.size());
+  CHECK(again.value().cacheBytes == live.value().cacheBytes);
 }
 
 TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {

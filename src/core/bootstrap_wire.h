@@ -16,7 +16,7 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 3;
+constexpr uint16_t kProtocolVersion = 4;
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
 
@@ -28,6 +28,7 @@ struct WirePlacement {
   int16_t nicCount;
   int16_t cpus;  // CPUs its host lets it use; 0 unknown
   int16_t flags;  // kPlacementNoSharedMemory
+  uint32_t cacheKiB;  // its host's largest CPU cache; 0 unknown
 };
 constexpr int16_t kPlacementNoSharedMemory = 1;  // the rank keeps all its pairs on sockets
 
@@ -56,6 +57,9 @@ struct PeerRecord {
   char hostName[kHostNameBytes];
   WirePlacement placement;
 };
+
+// The layouts tests/fuzz/make_seeds.py writes (LP64); a change here is a new protocol version.
+static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 168 && sizeof(PeerRecord) == 120);
 
 // The root's answer: on success followed by nranks PeerRecords.
 struct RootReply {

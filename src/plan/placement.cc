@@ -14,6 +14,7 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
   p.gpu = gpu >= 0 && gpu < static_cast<int>(host.gpus.size()) ? gpu : -1;
   p.nicCount = static_cast<int>(host.nics.size());
   p.cpus = host.pus;
+  p.cacheBytes = host.cacheBytes;
   if (host.nics.empty()) return p;
   if (p.gpu >= 0) {
     int best = INT_MAX;
@@ -51,6 +52,18 @@ double ranksPerCpu(const std::vector<RankPlacement>& ranks) {
     if (load.second > 0) worst = std::max(worst, static_cast<double>(load.first) / load.second);
   }
   return worst;
+}
+
+size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
+  std::map<int, std::pair<size_t, size_t>> hosts;  // host -> (ranks, cache bytes)
+  for (const RankPlacement& r : ranks) {
+    auto& [count, cache] = hosts[r.host];
+    ++count;
+    cache = count == 1 ? r.cacheBytes : std::min(cache, r.cacheBytes);
+  }
+  size_t least = SIZE_MAX;
+  for (const auto& [host, share] : hosts) least = std::min(least, share.second / share.first);
+  return least == SIZE_MAX ? 0 : least;
 }
 
 int currentNumaNode(const topo::HostTopology& host) {

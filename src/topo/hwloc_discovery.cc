@@ -100,6 +100,13 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
   h.packages = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PACKAGE));
   h.cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
   h.pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  for (hwloc_obj_type_t level : {HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE}) {
+    for (hwloc_obj_t c = hwloc_get_next_obj_by_type(t, level, nullptr); c != nullptr;
+         c = hwloc_get_next_obj_by_type(t, level, c)) {
+      if (c->attr != nullptr) h.cacheBytes = std::max<size_t>(h.cacheBytes, c->attr->cache.size);
+    }
+    if (h.cacheBytes > 0) break;
+  }
   for (hwloc_obj_t node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, nullptr); node != nullptr;
        node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, node)) {
     NumaNode n;
@@ -195,8 +202,8 @@ Result<std::shared_ptr<const HostTopology>> processTopology() {
 }
 
 std::string describeTopology(const HostTopology& h) {
-  std::string out = formatString("%s: %d package(s), %zu NUMA node(s), %d core(s), %d PU(s)\n", h.source.c_str(),
-                                 h.packages, h.numaNodes.size(), h.cores, h.pus);
+  std::string out = formatString("%s: %d package(s), %zu NUMA node(s), %d core(s), %d PU(s), %zu KiB of last-level cache\n",
+                                 h.source.c_str(), h.packages, h.numaNodes.size(), h.cores, h.pus, h.cacheBytes >> 10);
   for (size_t n = 0; n < h.numaNodes.size(); ++n) {
     out += formatString("  NUMA %zu (os %u): %zu PU(s)\n", n, h.numaNodes[n].osIndex, h.numaNodes[n].cpus.size());
   }

@@ -39,6 +39,9 @@ struct HostTopology {
   int packages = 0;
   int cores = 0;
   int pus = 0;
+  // The largest CPU cache (the L3 where there is one), in bytes: what the ranks on one package
+  // share; 0 where the topology does not say.
+  size_t cacheBytes = 0;
   std::vector<NumaNode> numaNodes;
   std::vector<PciDevice> gpus;
   std::vector<PciDevice> nics;

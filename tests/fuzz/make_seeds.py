@@ -11,6 +11,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = bytes((i * 7 + 1) & 0xFF for i in range(32))
+PROTOCOL = 4  # kProtocolVersion
 
 
 def fnv1a64(data):
@@ -30,15 +31,15 @@ def unique_id():
     return body + struct.pack("<Q", fnv1a64(body))
 
 
-def placement(numa=0, gpu=-1, nic=0, nics=1, cpus=2):
-    return struct.pack("<hhhhhh", numa, gpu, nic, nics, cpus, 0)
+def placement(numa=0, gpu=-1, nic=0, nics=1, cpus=2, cache_kib=32768):
+    return struct.pack("<hhhhhhI", numa, gpu, nic, nics, cpus, 0, cache_kib)
 
 
 def rank_hello(rank=1, nranks=4):
     host = b"seed-host".ljust(64, b"\0")
-    return (struct.pack("<IHH", 0x4C454857, 3, 0) + SECRET +
+    return (struct.pack("<IHH", 0x4C454857, PROTOCOL, 0) + SECRET +
             struct.pack("<iiiIQ", rank, nranks, 30000, 1234, 0xABCDEF) + wire_address(40000) + host +
-            placement())
+            placement() + bytes(4))  # padding to the struct's 8-byte alignment
 
 
 def root_reply(nranks, result=0, message=b""):
@@ -47,11 +48,11 @@ def root_reply(nranks, result=0, message=b""):
 
 def peer_record(port):
     # listen (20 bytes), pid, reserved, 4 bytes of padding, hostHash, hostName
-    return wire_address(port) + struct.pack("<II4xQ", 99, 0, 7) + b"peer".ljust(64, b"\0") + placement() + bytes(4)
+    return wire_address(port) + struct.pack("<II4xQ", 99, 0, 7) + b"peer".ljust(64, b"\0") + placement()
 
 
 def peer_hello(from_rank=1, to_rank=3, stream=1, streams=2):
-    return struct.pack("<IHH", 0x48505746, 3, stream) + SECRET + struct.pack("<iiiI", from_rank, to_rank, streams, 0)
+    return struct.pack("<IHH", 0x48505746, PROTOCOL, stream) + SECRET + struct.pack("<iiiI", from_rank, to_rank, streams, 0)
 
 
 def socket_frame(payload, tag, parts=1, total=None):

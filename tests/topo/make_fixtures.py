@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Writes the hwloc XML fixtures under tests/topo/ (hwloc 2.x format, as lstopo --of xml writes):
 
-  laptop.xml        1 package, 1 NUMA node, 4 cores x 2 PUs, one Ethernet NIC, no GPU
-  server-2s.xml     2 packages, a NUMA node each, 16 cores each, an Ethernet NIC per socket
-  gpu8-nic4.xml     2 packages; under each, 2 PCIe switches; under each switch 2 GPUs (NVIDIA
-                    3D controllers, cudaN) and 1 InfiniBand NIC (mlx5_N): 8 GPUs, 4 NICs
-  no-nic.xml        1 package, 8 cores, a disk and nothing else on PCI
+  laptop.xml        1 package, 1 NUMA node, 4 cores x 2 PUs, 8 MiB L3, one Ethernet NIC, no GPU
+  server-2s.xml     2 packages, a NUMA node and 32 MiB of L3 each, 16 cores each, an Ethernet NIC
+                    per socket
+  gpu8-nic4.xml     2 packages with 48 MiB of L3 each; under each, 2 PCIe switches; under each
+                    switch 2 GPUs (NVIDIA 3D controllers, cudaN) and 1 InfiniBand NIC (mlx5_N):
+                    8 GPUs, 4 NICs
+  no-nic.xml        1 package, 8 cores, no caches described, a disk and nothing else on PCI
 
 Run it again after changing it; the files are checked in."""
 
@@ -79,8 +81,9 @@ def pci_device(w, busid, cls, vendor, device, osdevs):
 GPU, NETWORK, OPENFABRICS, COPROC, BLOCK = 1, 2, 3, 5, 0
 
 
-def machine(name, packages, cores_per_package, pus_per_core, io):
-    """io(w, package_index) writes the PCI trees attached to that package."""
+def machine(name, packages, cores_per_package, pus_per_core, io, l3_mib=0):
+    """io(w, package_index) writes the PCI trees attached to that package; l3_mib: an L3 cache of
+    that size over each package's cores (0: none described)."""
     w = Writer()
     total = packages * cores_per_package * pus_per_core
     w.open([("type", "Machine"), ("os_index", "0")] + sets(range(total), range(packages))
@@ -92,12 +95,17 @@ def machine(name, packages, cores_per_package, pus_per_core, io):
         cpus = range(first, first + cores_per_package * pus_per_core)
         w.open([("type", "Package"), ("os_index", str(p))] + sets(cpus, [p]))
         w.leaf([("type", "NUMANode"), ("os_index", str(p))] + sets(cpus, [p]) + [("local_memory", str(64 << 30))])
+        if l3_mib:
+            w.open([("type", "L3Cache")] + sets(cpus, [p]) + [("cache_size", str(l3_mib << 20)), ("depth", "3"),
+                    ("cache_linesize", "64"), ("cache_associativity", "16"), ("cache_type", "0")])
         for c in range(cores_per_package):
             core_cpus = range(pu, pu + pus_per_core)
             w.open([("type", "Core"), ("os_index", str(p * cores_per_package + c))] + sets(core_cpus, [p]))
             for t in range(pus_per_core):
                 w.leaf([("type", "PU"), ("os_index", str(pu))] + sets([pu], [p]))
                 pu += 1
+            w.close()
+        if l3_mib:
             w.close()
         io(w, p)
         w.close()
@@ -150,9 +158,9 @@ def no_nic_io(w, p):
 
 def main():
     fixtures = {
-        "laptop.xml": machine("laptop", 1, 4, 2, laptop_io),
-        "server-2s.xml": machine("server", 2, 16, 1, server_io),
-        "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io),
+        "laptop.xml": machine("laptop", 1, 4, 2, laptop_io, l3_mib=8),
+        "server-2s.xml": machine("server", 2, 16, 1, server_io, l3_mib=32),
+        "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io, l3_mib=48),
         "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
     }
     for name, text in fixtures.items():
