@@ -143,3 +143,43 @@ TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks
   // Unknown CPU counts never make a host look crowded.
   CHECK(plan::ranksPerCpu(interleaved(1, 8, 0)) == 1.0);
 }
+
+TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's share of the cache", "[planner][tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  auto withCache = [](std::vector<plan::RankPlacement> ranks, size_t cacheBytes) {
+    for (auto& r : ranks) r.cacheBytes = cacheBytes;
+    return ranks;
+  };
+  // Two hosts of 4 ranks with 32 MiB each, one of 2 with 8 MiB: the least share is 4 MiB.
+  auto mixed = withCache(interleaved(2, 4, 8), size_t{32} << 20);
+  for (auto& r : mixed) r.host = r.host == 1 ? 2 : r.host;
+  auto small = withCache(interleaved(1, 2, 8), size_t{8} << 20);
+  for (auto& r : small) r.host = 1;
+  mixed.insert(mixed.end(), small.begin(), small.end());
+  CHECK(plan::cacheBytesPerRank(mixed) == (size_t{4} << 20));
+  auto unknown = mixed;
+  unknown.back().cacheBytes = 0;
+  CHECK(plan::cacheBytesPerRank(unknown) == 0);
+
+  const auto pair = withCache(interleaved(1, 2, 2), size_t{32} << 20);
+  const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(pair));
+  const coll::CommLayout cached = coll::layoutOf(order, 2, plan::ranksPerCpu(pair), plan::cacheBytesPerRank(pair));
+  const coll::CommLayout blind = coll::layoutOf(order, 2, 1.0);
+  CHECK(cached.cacheBytesPerRank == (size_t{16} << 20));
+  const coll::LinkCost link = coll::defaultSharedMemoryCost();
+  auto ring = [&](const coll::CommLayout& layout, size_t bytes) {
+    return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, 1 << 19);
+  };
+  const size_t inCache = size_t{2} << 20, beyond = size_t{64} << 20, between = size_t{8} << 20;
+  CHECK(ring(cached, inCache) < 0.6 * ring(blind, inCache));
+  CHECK(ring(cached, beyond) == ring(blind, beyond));
+  CHECK(ring(cached, between) > ring(cached, inCache) * 4 * 1.2);  // the discount fades
+  CHECK(ring(cached, between) < ring(blind, between));
+  // Ranks that share CPUs get none.
+  coll::CommLayout crowded = cached;
+  crowded.ranksPerCpu = 2;
+  coll::CommLayout crowdedBlind = blind;
+  crowdedBlind.ranksPerCpu = 2;
+  CHECK(ring(crowded, inCache) == ring(crowdedBlind, inCache));
+}

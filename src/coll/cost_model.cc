@@ -6,17 +6,23 @@
 namespace weft::coll {
 
 // Shared memory: ~1.5 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
-// the copy out of it (reduce on receipt). Sockets: loopback-class TCP. Both measured on 2-core
-// x86 VMs (bench/results/*-tuner-accuracy.md).
-LinkCost defaultSharedMemoryCost() { return {1.5, 1.0 / 4500.0, 1.0 / 10000.0}; }
+// the copy out of it (reduce on receipt); a little over twice that while the buffers stay in
+// the cache. Sockets: loopback-class TCP. Both measured on 2-core x86 VMs
+// (bench/results/*-tuner-accuracy*.md).
+LinkCost defaultSharedMemoryCost() { return {1.5, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
 // ~0.5 us for 8 bytes on 2 ranks, ~2 GB/s per peer's input as the slots outgrow the L1 cache
 // (bench/results/2026-11-23-*): faster than the executor's one-shot up to a few KiB.
 LinkCost arenaCost() { return {0.5, 1.0 / 2000.0, 0.0}; }
 
-CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t arenaBytes) {
-  return {nranks, order.treeDepth(nranks), std::max(1, order.treeFanOut(nranks)), std::max(1.0, ranksPerCpu),
-          arenaBytes};
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank) {
+  CommLayout layout;
+  layout.nranks = nranks;
+  layout.treeDepth = order.treeDepth(nranks);
+  layout.treeFanOut = std::max(1, order.treeFanOut(nranks));
+  layout.ranksPerCpu = std::max(1.0, ranksPerCpu);
+  layout.cacheBytesPerRank = cacheBytesPerRank;
+  return layout;
 }
 
 namespace {
@@ -37,15 +43,40 @@ double pipelined(const LinkCost& l, double bytes, double chunk, double hops, dou
 // moving or reducing a byte takes k times as long.
 LinkCost crowded(const LinkCost& l, double k) { return {l.alphaUs * k * k, l.betaUsPerB * k, l.gammaUsPerB * k}; }
 
+// The bytes a rank's buffers for `collective` span (b: the shape's bytes, see predictUs).
+double footprint(Collective collective, double b, double n) {
+  switch (collective) {
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AlltoAll:
+    case Collective::Gather:
+    case Collective::Scatter: return (n + 1) * b;
+    default: return 2 * b;  // a send and a receive buffer
+  }
+}
+
+// The link with its per-byte costs as they are for a footprint of `bytes` per rank: the cached
+// rate up to half the rank's cache, the memory's from twice it, and in between a geometric
+// blend. Ranks sharing a CPU evict each other's data at every switch, so they get no discount
+// (fitted on 2 cores: with 4 and 8 ranks the cache made no difference).
+LinkCost forFootprint(const LinkCost& l, const CommLayout& layout, double bytes) {
+  const double cache = static_cast<double>(layout.cacheBytesPerRank);
+  if (cache <= 0 || l.inCacheFactor >= 1 || layout.ranksPerCpu > 1 || bytes >= 2 * cache) return l;
+  const double beyond = bytes <= cache / 2 ? 0 : std::log2(bytes / (cache / 2)) / 2;  // 0 .. 1
+  const double scale = std::pow(l.inCacheFactor, 1 - beyond);
+  return {l.alphaUs, l.betaUsPerB * scale, l.gammaUsPerB * scale, l.inCacheFactor};
+}
+
 }  // namespace
 
-double predictUs(const LinkCost& link, const CommLayout& layout, Collective collective, Algorithm algorithm,
+double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collective collective, Algorithm algorithm,
                  size_t bytesIn, size_t chunkBytes) {
   const int nranks = layout.nranks;
   const double n = nranks;
   const double b = static_cast<double>(bytesIn);
   const double chunk = static_cast<double>(std::max<size_t>(chunkBytes, 1));
   if (nranks <= 1 || bytesIn == 0) return 0;
+  const LinkCost link = forFootprint(memoryLink, layout, footprint(collective, b, n));
   const double k = std::max(1.0, layout.ranksPerCpu);
   const LinkCost l = crowded(link, k);
   const double move = l.betaUsPerB, reduce = l.betaUsPerB + l.gammaUsPerB;
@@ -62,9 +93,12 @@ double predictUs(const LinkCost& link, const CommLayout& layout, Collective coll
           return (n - 1) * pipelined(l, block, chunk, 1, reduce) + (n - 1) * pipelined(l, block, chunk, 1, move);
         }
         case Algorithm::RecursiveDoubling: {
+          // Each round a rank copies its whole buffer out and its partner's in (to scratch,
+          // then reduced): two copies per byte on one core, where a ring hop's copy out and
+          // copy in run on two. Where ranks share CPUs the ring's hops lose that too.
           const double pow2 = std::exp2(std::floor(std::log2(n)));
           const double rounds = std::log2(pow2) + (pow2 < n ? 2 : 0);
-          return rounds * (l.alphaUs + b * reduce);
+          return rounds * (l.alphaUs + b * (reduce + (k > 1 ? 0 : move)));
         }
         case Algorithm::OneShot: {
           if (bytesIn <= layout.arenaBytes) {

@@ -19,8 +19,11 @@ enum class Algorithm : uint8_t { Ring, Tree, RecursiveDoubling, OneShot, Direct 
 
 struct LinkCost {
   double alphaUs;      // per message: latency and software overhead
-  double betaUsPerB;   // per byte moved over the link (1 / bandwidth)
+  double betaUsPerB;   // per byte moved over the link (1 / bandwidth), from and to memory
   double gammaUsPerB;  // per byte reduced
+  // Beta and gamma scale by this while the buffers fit in the cache each rank has (1: no
+  // difference, as for sockets, whose cost is not the memory's).
+  double inCacheFactor = 1;
 };
 
 LinkCost defaultSharedMemoryCost();
@@ -38,13 +41,20 @@ struct CommLayout {
   // Ranks per CPU on the busiest host. Above 1 ranks take turns on the cores: every hop waits
   // for its receiver to be scheduled, and each rank copies and reduces at a share of a core.
   double ranksPerCpu = 1;
+  // The last-level cache each rank has to itself where that is least (plan::cacheBytesPerRank);
+  // 0: unknown, every byte priced at the memory's rate.
+  size_t cacheBytesPerRank = 0;
+  // Every rank on one host: no message crosses a NIC, so algorithms that send a rank's data to
+  // every peer at once cost no more there than the ring's relay.
+  bool oneHost = false;
   // The largest all-reduce the one-shot algorithm runs through the shared-memory arena (all
   // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: none.
   size_t arenaBytes = 0;
 };
 
-// The layout of n ranks following `order`, ranksPerCpu as measured by the caller.
-CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t arenaBytes = 0);
+// The layout of n ranks following `order`, ranksPerCpu and cacheBytesPerRank as the caller found
+// them (oneHost and arenaBytes are the caller's to set).
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank = 0);
 
 // Predicted microseconds for `collective` of `bytes` (the shape's: whole buffer, or one rank's
 // block for the blocked collectives), pipelined in chunks of chunkBytes.

@@ -47,8 +47,10 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
   for (int l = 0; l < n; ++l) ranks.push_back(weft::plan::placeRank(host, -1, -1, l));
   const auto plan = weft::plan::makePlan(ranks);
   // One host over shared memory: small all-reduces may take the arena.
-  const CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks),
-                                     socketLinks ? 0 : kArenaMaxBytes);
+  CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks),
+                               weft::plan::cacheBytesPerRank(ranks));
+  layout.oneHost = true;
+  layout.arenaBytes = socketLinks ? 0 : kArenaMaxBytes;
   const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
   for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
     std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);
