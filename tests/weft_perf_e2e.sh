@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end: weft-perf under each launcher, data checked, JSON parsed, usage errors.
-#   weft_perf_e2e.sh BIN_DIR weftrun|collectives|mpirun|json|usage
+#   weft_perf_e2e.sh BIN_DIR weftrun|collectives|mpirun|json|measure|usage
 # Exit 77 (ctest: skipped) when the launcher is not installed.
 set -euo pipefail
 bin=$1
@@ -49,6 +49,21 @@ for r in rows:
     assert r["nranks"] == 2 and r["collective"] == "allreduce" and r["type"] == "float"
     assert r["oop"]["wrong"] == 0 and r["ip"]["wrong"] == 0 and r["oop"]["busbw"] > 0
 PY
+    ;;
+  measure)  # WEFT_TUNE=measure: every rank adopts rank 0's measured link costs, then runs as usual
+    for n in 2 3; do
+      WEFT_TUNE=measure WEFT_DEBUG=INFO "$bin/weftrun" -n "$n" --timeout 120 "$bin/weft-perf" -b 8 -e 4M -f 8 -n 3 \
+        -w 1 -c 1 > "$work/out" 2> "$work/log" || { cat "$work/out" "$work/log"; exit 1; }
+      check_table "$work/out"
+      grep -o "measured links: .*" "$work/log" > "$work/links" || true
+      if [[ $(wc -l < "$work/links") != "$n" || $(sort -u "$work/links" | wc -l) != 1 ]]; then
+        echo "want one identical 'measured links' line per rank:"; cat "$work/log"; exit 1
+      fi
+      if ! grep -Eq "^measured links: [0-9.]+ GB/s from memory \(alpha [0-9.]+ us by default\)$" "$work/links" ||
+         grep -q " 0.00 " "$work/links"; then
+        echo "a malformed or zero measurement:"; cat "$work/links"; exit 1
+      fi
+    done
     ;;
   usage)
     for args in "-b" "-b 1X" "-d nosuchtype" "-o nosuchop" "-n 0" "-e 8 -b 1K" "--nosuchflag" "nosuchcollective" \

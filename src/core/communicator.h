@@ -72,6 +72,7 @@ class Communicator {
   // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
   // and the model prices every algorithm to find it.
   coll::Algorithm algorithmFor(coll::Collective collective, size_t bytes);
+  void forgetChoices();  // after the model's inputs change
   // A failed collective leaves connections mid-message: the communicator stays failed.
   Status fail(Status status);
 
