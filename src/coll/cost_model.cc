@@ -58,7 +58,7 @@ double footprint(Collective collective, double b, double n) {
 // The link with its per-byte costs as they are for a footprint of `bytes` per rank: the cached
 // rate up to half the rank's cache, the memory's from twice it, and in between a geometric
 // blend. Ranks sharing a CPU evict each other's data at every switch, so they get no discount
-// (fitted on 2 cores: with 4 and 8 ranks the cache made no difference).
+// (on 2 cores, 4 and 8 ranks showed no consistent in-cache speed-up).
 LinkCost forFootprint(const LinkCost& l, const CommLayout& layout, double bytes) {
   const double cache = static_cast<double>(layout.cacheBytesPerRank);
   if (cache <= 0 || l.inCacheFactor >= 1 || layout.ranksPerCpu > 1 || bytes >= 2 * cache) return l;
