@@ -183,20 +183,3 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
   crowdedBlind.ranksPerCpu = 2;
   CHECK(ring(crowded, inCache) == ring(crowdedBlind, inCache));
 }
-
-TEST_CASE("tuner: one-shot all-gather is capped across hosts only, where blocks would cross NICs", "[planner][tuner]") {
-  using coll::Algorithm;
-  using coll::Collective;
-  const auto crowdedHost = interleaved(1, 4, 2);
-  coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(crowdedHost)), 4, 2.0);
-  const coll::TuningConfig config;
-  const coll::LinkCost link = coll::defaultSharedMemoryCost();
-  const size_t block = size_t{512} << 10;  // 3 x 512 KiB: far above the 64 KiB cap
-  REQUIRE(3 * block > config.oneShotMaxBytes);
-  layout.oneHost = true;
-  CHECK(coll::chooseAlgorithm(config, link, layout, Collective::AllGather, block) == Algorithm::OneShot);
-  // Reduce-scatter's one-shot needs (n-1) blocks of scratch: still capped on one host.
-  CHECK(coll::chooseAlgorithm(config, link, layout, Collective::ReduceScatter, block) == Algorithm::Ring);
-  layout.oneHost = false;
-  CHECK(coll::chooseAlgorithm(config, link, layout, Collective::AllGather, block) == Algorithm::Ring);
-}

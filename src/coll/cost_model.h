@@ -44,16 +44,13 @@ struct CommLayout {
   // The last-level cache each rank has to itself where that is least (plan::cacheBytesPerRank);
   // 0: unknown, every byte priced at the memory's rate.
   size_t cacheBytesPerRank = 0;
-  // Every rank on one host: no message crosses a NIC, so algorithms that send a rank's data to
-  // every peer at once cost no more there than the ring's relay.
-  bool oneHost = false;
   // The largest all-reduce the one-shot algorithm runs through the shared-memory arena (all
   // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: none.
   size_t arenaBytes = 0;
 };
 
 // The layout of n ranks following `order`, ranksPerCpu and cacheBytesPerRank as the caller found
-// them (oneHost and arenaBytes are the caller's to set).
+// them (arenaBytes is the caller's to set).
 CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank = 0);
 
 // Predicted microseconds for `collective` of `bytes` (the shape's: whole buffer, or one rank's

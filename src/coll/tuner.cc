@@ -138,10 +138,7 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
   auto allowed = [&](Algorithm a) {
     if (!hasAlgorithm(collective, a)) return false;
     switch (a) {
-      // The cap bounds one-shot's scratch, which all-gather's has none of. Across hosts it also
-      // keeps each rank's block from crossing its host's NIC once per remote rank.
-      case Algorithm::OneShot:
-        return fanOutBytes <= config.oneShotMaxBytes || (collective == Collective::AllGather && layout.oneHost);
+      case Algorithm::OneShot: return fanOutBytes <= config.oneShotMaxBytes;
       case Algorithm::RecursiveDoubling: return bytes <= config.recursiveDoublingMaxBytes;
       case Algorithm::Tree: return bytes <= config.treeMaxBytes && nranks > 2;  // on 2 ranks, the chain
       default: return true;

@@ -4,8 +4,7 @@
 // or per collective ("allreduce:rd,broadcast:tree"). Algorithms: ring, tree, rd (recursive
 // doubling), oneshot; alltoall, gather, scatter and send/recv are direct. WEFT_CHUNK_BYTES sets
 // the pipelines' chunk. Memory caps on what the model may pick: WEFT_ONESHOT_MAX_BYTES bounds
-// one-shot's (n-1) x message of scratch (and all-gather's fan-out across hosts; on one host it
-// has no cap), WEFT_RD_MAX_BYTES recursive doubling's message, and
+// one-shot's (n-1) x message of scratch, WEFT_RD_MAX_BYTES recursive doubling's message, and
 // WEFT_TREE_MAX_BYTES the trees' message. WEFT_TUNE=measure times the links at init.
 #pragma once
 

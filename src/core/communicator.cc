@@ -104,12 +104,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   // decided from what all ranks know (one host, shared memory allowed everywhere); a rank that
   // cannot take part (no shared memory to be had) says so when the arena is set up, and all
   // fall back together.
-  const bool oneHost = plan.hosts == 1;
-  const bool arena = nranks > 1 && oneHost &&
+  const bool arena = nranks > 1 && plan.hosts == 1 &&
                      std::all_of(placements.begin(), placements.end(), [](const plan::RankPlacement& p) { return p.sharedMemory; });
   communicator->layout_ =
       coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements), plan::cacheBytesPerRank(placements));
-  communicator->layout_.oneHost = oneHost;
   communicator->layout_.arenaBytes = arena ? coll::kArenaMaxBytes : 0;
   communicator->deviceIpcEverywhere_ = std::all_of(
       plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
