@@ -30,16 +30,22 @@ Result<CommConfig> defaultCommConfig() {
 
 namespace {
 
-// Spin long while every rank on this host has a core of its own, briefly when they share.
-std::chrono::microseconds chooseSpinTime(const CommConfig& config, const PeerMesh& mesh) {
-  if (config.spinMicros >= 0) return std::chrono::microseconds(config.spinMicros);
+// How long waits spin (yielding the core) before they sleep: long while every rank on this host
+// has a core of its own. Where ranks share cores, a step of the executor waits on transfers that
+// outlast a short spin, and a sleeper takes about 260 us to wake on a small VM, so it spins
+// 300 us (4 and 8 ranks on 2 cores: 1.2-2.8x the busbw of a 50 us spin at 128 KiB-2 MiB); the
+// arena's waits are for peers that need this core to publish at all, so they sleep after 50 us
+// (a 300 us spin doubled its 8-byte time).
+SpinTimes chooseSpinTimes(const CommConfig& config, const PeerMesh& mesh) {
+  if (config.spinMicros >= 0) return {std::chrono::microseconds(config.spinMicros), std::chrono::microseconds(config.spinMicros)};
   int local = 0;
   for (int r = 0; r < mesh.size(); ++r) local += mesh.peer(r).hostHash == mesh.peer(mesh.rank()).hostHash;
   cpu_set_t cpus;
   int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  auto spin = std::chrono::microseconds(local <= cores ? 2000 : 50);
-  WEFT_INFO("%d rank(s) on this host, %d core(s) available: waits spin %lld us before sleeping", local, cores,
-            static_cast<long long>(spin.count()));
+  const SpinTimes spin = local <= cores ? SpinTimes{std::chrono::microseconds(2000), std::chrono::microseconds(2000)}
+                                        : SpinTimes{std::chrono::microseconds(300), std::chrono::microseconds(50)};
+  WEFT_INFO("%d rank(s) on this host, %d core(s) available: waits spin %lld us (the arena's %lld us) before sleeping",
+            local, cores, static_cast<long long>(spin.executor.count()), static_cast<long long>(spin.arena.count()));
   return spin;
 }
 
@@ -51,7 +57,7 @@ Communicator::Communicator(PeerMesh mesh, const CommConfig& config, coll::Tuning
       config_(config),
       tuning_(tuning),
       abortFlag_(abortFlag),
-      spinTime_(chooseSpinTime(config_, mesh_)) {}
+      spin_(chooseSpinTimes(config_, mesh_)) {}
 
 namespace {
 
@@ -384,7 +390,7 @@ Status Communicator::runOnArena(const CollectiveCall& call) {
   coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
   if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
   coll::ExecutionContext context{size(), "all-reduce", Deadline::never(), config_.timeoutMs, abortFlag_,
-                                 &mesh_, spinTime_};
+                                 &mesh_, spin_.arena};
   return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
 }
 
@@ -439,7 +445,7 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
   if (schedule->scratchBytes > 0 && scratchBuffer == nullptr) {
     return Status(weftSystemError, formatString("%s: out of memory for %zu bytes of scratch", what, schedule->scratchBytes));
   }
-  coll::ExecutionContext context{size(), what, deadline, config_.timeoutMs, abortFlag_, &mesh_, spinTime_};
+  coll::ExecutionContext context{size(), what, deadline, config_.timeoutMs, abortFlag_, &mesh_, spin_.executor};
   return fail(coll::executeSchedule(*schedule, operations, scratchBuffer, context));
 }
 

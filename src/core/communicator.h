@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -26,6 +27,12 @@ struct CommConfig {
 
 // Reads WEFT_TIMEOUT_MS, WEFT_SOCKET_NSTREAMS and the shared-memory settings into the defaults.
 Result<CommConfig> defaultCommConfig();
+
+// How long a wait spins before it sleeps: the executor's, and the small-all-reduce arena's.
+struct SpinTimes {
+  std::chrono::microseconds executor;
+  std::chrono::microseconds arena;
+};
 
 class Communicator {
  public:
@@ -93,7 +100,7 @@ class Communicator {
   std::map<std::pair<coll::Collective, size_t>, coll::Algorithm> algorithms_;  // algorithmFor's
   std::optional<std::pair<std::pair<coll::Collective, size_t>, coll::Algorithm>> lastAlgorithm_;  // its last hit
   std::vector<unsigned> progressCpus_;
-  std::chrono::microseconds spinTime_;
+  SpinTimes spin_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };
   std::unique_ptr<char, FreeDeleter> scratch_;
   size_t scratchBytes_ = 0;
