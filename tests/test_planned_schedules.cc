@@ -176,10 +176,10 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
   CHECK(ring(cached, beyond) == ring(blind, beyond));
   CHECK(ring(cached, between) > ring(cached, inCache) * 4 * 1.2);  // the discount fades
   CHECK(ring(cached, between) < ring(blind, between));
-  // Ranks that share CPUs get none.
+  // The cache is the host's, shared however the ranks share the CPUs.
   coll::CommLayout crowded = cached;
   crowded.ranksPerCpu = 2;
   coll::CommLayout crowdedBlind = blind;
   crowdedBlind.ranksPerCpu = 2;
-  CHECK(ring(crowded, inCache) == ring(crowdedBlind, inCache));
+  CHECK(ring(crowded, inCache) < 0.7 * ring(crowdedBlind, inCache));
 }

@@ -5,11 +5,11 @@
 
 namespace weft::coll {
 
-// Shared memory: ~1.5 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
+// Shared memory: ~1.2 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
 // the copy out of it (reduce on receipt); a little over twice that while the buffers stay in
 // the cache. Sockets: loopback-class TCP. Both measured on 2-core x86 VMs
 // (bench/results/*-tuner-accuracy*.md).
-LinkCost defaultSharedMemoryCost() { return {1.5, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
+LinkCost defaultSharedMemoryCost() { return {1.2, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
 // ~0.5 us for 8 bytes on 2 ranks, ~2 GB/s per peer's input as the slots outgrow the L1 cache
 // (bench/results/2026-11-23-*): faster than the executor's one-shot up to a few KiB.
@@ -27,6 +27,8 @@ CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size
 
 namespace {
 
+constexpr double kHopCrowding = 1.5;
+
 double log2Ceil(int n) { return n <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(n))); }
 
 // A pipeline of `hops` links moving `bytes` in chunks: the first chunk crosses every hop, the
@@ -39,9 +41,9 @@ double pipelined(const LinkCost& l, double bytes, double chunk, double hops, dou
 }
 
 // The link as k ranks sharing each CPU see it: a hop waits for its receiver to get a CPU,
-// which grows with the square of the crowding (fitted on 2 cores with 2, 4 and 8 ranks), and
-// moving or reducing a byte takes k times as long.
-LinkCost crowded(const LinkCost& l, double k) { return {l.alphaUs * k * k, l.betaUsPerB * k, l.gammaUsPerB * k}; }
+// which grows as k^1.5 (fitted on 2 cores with 2, 4 and 8 ranks, waits spinning 300 us before
+// they sleep), and moving or reducing a byte takes k times as long.
+LinkCost crowded(const LinkCost& l, double k) { return {l.alphaUs * std::pow(k, kHopCrowding), l.betaUsPerB * k, l.gammaUsPerB * k}; }
 
 // The bytes a rank's buffers for `collective` span (b: the shape's bytes, see predictUs).
 double footprint(Collective collective, double b, double n) {
@@ -57,11 +59,11 @@ double footprint(Collective collective, double b, double n) {
 
 // The link with its per-byte costs as they are for a footprint of `bytes` per rank: the cached
 // rate up to half the rank's cache, the memory's from twice it, and in between a geometric
-// blend. Ranks sharing a CPU evict each other's data at every switch, so they get no discount
-// (on 2 cores, 4 and 8 ranks showed no consistent in-cache speed-up).
+// blend. The cache is shared by every rank of the host (cacheBytesPerRank is its share), so
+// this holds where ranks share CPUs too.
 LinkCost forFootprint(const LinkCost& l, const CommLayout& layout, double bytes) {
   const double cache = static_cast<double>(layout.cacheBytesPerRank);
-  if (cache <= 0 || l.inCacheFactor >= 1 || layout.ranksPerCpu > 1 || bytes >= 2 * cache) return l;
+  if (cache <= 0 || l.inCacheFactor >= 1 || bytes >= 2 * cache) return l;
   const double beyond = bytes <= cache / 2 ? 0 : std::log2(bytes / (cache / 2)) / 2;  // 0 .. 1
   const double scale = std::pow(l.inCacheFactor, 1 - beyond);
   return {l.alphaUs, l.betaUsPerB * scale, l.gammaUsPerB * scale, l.inCacheFactor};
@@ -95,10 +97,13 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
         case Algorithm::RecursiveDoubling: {
           // Each round a rank copies its whole buffer out and its partner's in (to scratch,
           // then reduced): two copies per byte on one core, where a ring hop's copy out and
-          // copy in run on two. Where ranks share CPUs the ring's hops lose that too.
+          // copy in run on two. Where ranks share CPUs the ring's hops lose that too, but a
+          // round needs both partners on a CPU at once, where a ring's pipeline keeps every
+          // core busy: its wait grows with the square of the crowding. Out of place the input
+          // is first copied to the output (the model cannot tell, and prices that case).
           const double pow2 = std::exp2(std::floor(std::log2(n)));
           const double rounds = std::log2(pow2) + (pow2 < n ? 2 : 0);
-          return rounds * (l.alphaUs + b * (reduce + (k > 1 ? 0 : move)));
+          return b * move + rounds * (link.alphaUs * k * k + b * (reduce + (k > 1 ? 0 : move)));
         }
         case Algorithm::OneShot: {
           if (bytesIn <= layout.arenaBytes) {
