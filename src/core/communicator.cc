@@ -284,7 +284,8 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
 }
 
 // Times this communicator's links for the model's bandwidth: a chain broadcast too large for the
-// cache (beta at the memory's rate; the model divides it by the host's crowding back out). The
+// cache (beta at the memory's rate, its per-message part negligible at that size; divided by
+// the host's crowding, which the model multiplies back in). The
 // per-message costs keep their defaults: timed here, inside init, they come out at half to two
 // thirds of what the same collectives cost through the API afterwards, which would steer small
 // messages away from the arena. Rank 0's number goes to every rank, and the choices made while
@@ -305,8 +306,7 @@ Status Communicator::measureLinks() {
   tuning_ = saved;
   forgetChoices();
   WEFT_TRY(status);
-  const double k = layout_.ranksPerCpu;
-  double beta = (bestUs - (size() - 1) * link_.alphaUs * k * k) / static_cast<double>(big.size()) / k;
+  double beta = bestUs / static_cast<double>(big.size()) / layout_.ranksPerCpu;
   CollectiveCall share{coll::Collective::Broadcast, &beta, &beta, 1, weftFloat64};
   WEFT_TRY(run(share));
   forgetChoices();
