@@ -72,7 +72,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(server.nics[0].numaNode == 0);
   CHECK(server.nics[1].numaNode == 1);
   CHECK(server.numaOfCpu(20) == 1);
-  CHECK(server.cacheBytes == (size_t{32} << 20));  // each package's: the ranks of one share it
+  CHECK(server.cacheBytes == (size_t{64} << 20));  // both packages' L3s: the host's ranks share them
 
   auto gpu = load("gpu8-nic4.xml");
   REQUIRE(gpu.gpus.size() == 8);

@@ -28,7 +28,7 @@ struct WirePlacement {
   int16_t nicCount;
   int16_t cpus;  // CPUs its host lets it use; 0 unknown
   int16_t flags;  // kPlacementNoSharedMemory
-  uint32_t cacheKiB;  // its host's largest CPU cache; 0 unknown
+  uint32_t cacheKiB;  // its host's last-level cache; 0 unknown
 };
 constexpr int16_t kPlacementNoSharedMemory = 1;  // the rank keeps all its pairs on sockets
 

@@ -17,7 +17,7 @@ struct RankPlacement {
   int nicCount = 0;      // NICs on its host
   int cpus = 0;          // CPUs (hwloc PUs) its host lets it use; 0 unknown
   bool sharedMemory = true;  // it may use shared memory (not WEFT_TRANSPORT=socket or WEFT_SHM_DISABLE=1)
-  size_t cacheBytes = 0;     // its host's largest CPU cache (topo::HostTopology::cacheBytes); 0 unknown
+  size_t cacheBytes = 0;     // its host's last-level cache (topo::HostTopology::cacheBytes); 0 unknown
 };
 
 // This rank's placement on `host`: its NUMA node from the CPUs it may run on, its GPU (-1 for
@@ -28,8 +28,8 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
 // Ranks per CPU on the most crowded host (hosts grouped by RankPlacement::host, CPUs as the
 // host's ranks report them); 1 where CPUs are unknown.
 double ranksPerCpu(const std::vector<RankPlacement>& ranks);
-// The cache each rank has to itself on the host where that is least (the host's largest cache
-// shared by its ranks); 0 where any host's cache is unknown.
+// The cache each rank has to itself on the host where that is least (the host's last-level
+// cache over its ranks); 0 where any host's cache is unknown.
 size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks);
 
 // The NUMA node of the CPUs this process may run on (the first allowed CPU's), or -1.

@@ -103,7 +103,7 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
   for (hwloc_obj_type_t level : {HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE}) {
     for (hwloc_obj_t c = hwloc_get_next_obj_by_type(t, level, nullptr); c != nullptr;
          c = hwloc_get_next_obj_by_type(t, level, c)) {
-      if (c->attr != nullptr) h.cacheBytes = std::max<size_t>(h.cacheBytes, c->attr->cache.size);
+      if (c->attr != nullptr) h.cacheBytes += c->attr->cache.size;
     }
     if (h.cacheBytes > 0) break;
   }

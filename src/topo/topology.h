@@ -39,8 +39,8 @@ struct HostTopology {
   int packages = 0;
   int cores = 0;
   int pus = 0;
-  // The largest CPU cache (the L3 where there is one), in bytes: what the ranks on one package
-  // share; 0 where the topology does not say.
+  // The last-level CPU cache, in bytes: all the L3 caches together (else the L2s), which the
+  // ranks of the host share between them; 0 where the topology does not say.
   size_t cacheBytes = 0;
   std::vector<NumaNode> numaNodes;
   std::vector<PciDevice> gpus;
