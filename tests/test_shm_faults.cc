@@ -39,6 +39,17 @@ std::vector<std::string> segmentsOf(const std::string& prefix) {
   return found;
 }
 
+// runRanks with WEFT_DEBUG=INFO, so that each outcome's output holds its rank's decisions
+// (whether small all-reduces take the arena), followed by the usual exit-code check.
+std::vector<RankOutcome> runRanksLoggingInfo(int nranks, const std::function<int(RankContext&)>& body) {
+  setenv("WEFT_DEBUG", "INFO", 1);
+  auto outcomes = runRanks(nranks, body);
+  unsetenv("WEFT_DEBUG");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+  return outcomes;
+}
+
 // 3 ranks over shared memory with the given timeout. `killDuring` runs on every rank after
 // init: rank 2 dies in it by SIGKILL, and the survivors return the status of the call that
 // failed and when rank 2 was killed. Each survivor must have failed within `withinSeconds` with
@@ -119,8 +130,7 @@ TEST_CASE("shm: a rank with shared memory disabled keeps every rank off the aren
   // Whether small all-reduces take the arena, and which algorithm each call takes, must be
   // decided alike on every rank: one rank's WEFT_SHM_DISABLE=1 reaches the others through the
   // bootstrap, the plan puts its pairs on sockets, and no rank tries the arena.
-  setenv("WEFT_DEBUG", "INFO", 1);
-  auto outcomes = runRanks(3, [](RankContext& ctx) {
+  auto outcomes = runRanksLoggingInfo(3, [](RankContext& ctx) {
     if (ctx.rank == 2) setenv("WEFT_SHM_DISABLE", "1", 1);
     weftConfig_t config = WEFT_CONFIG_INITIALIZER;
     config.timeoutMs = 20000;
@@ -137,18 +147,12 @@ TEST_CASE("shm: a rank with shared memory disabled keeps every rank off the aren
     RANK_CHECK(ctx, left.empty(), "%zu segment(s) of the job left in /dev/shm", left.size());
     return 0;
   });
-  unsetenv("WEFT_DEBUG");
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) {
-    CHECK(o.exitCode == 0);
-    CHECK(o.output.find("shared-memory arena") == std::string::npos);
-  }
+  for (const auto& o : outcomes) CHECK(o.output.find("shared-memory arena") == std::string::npos);
 }
 
 TEST_CASE("shm: small all-reduces on every rank of a host go through the arena", "[shm][faults]") {
   // Each rank maps every other's arena segment: the names must last until all have.
-  setenv("WEFT_DEBUG", "INFO", 1);
-  auto outcomes = runRanks(4, [](RankContext& ctx) {
+  auto outcomes = runRanksLoggingInfo(4, [](RankContext& ctx) {
     weftComm_t comm = nullptr;
     RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
     if (comm == nullptr) return 1;
@@ -162,12 +166,7 @@ TEST_CASE("shm: small all-reduces on every rank of a host go through the arena",
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   });
-  unsetenv("WEFT_DEBUG");
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) {
-    CHECK(o.exitCode == 0);
-    CHECK(o.output.find("go through a shared-memory arena") != std::string::npos);
-  }
+  for (const auto& o : outcomes) CHECK(o.output.find("go through a shared-memory arena") != std::string::npos);
 }
 
 TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
