@@ -285,11 +285,11 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
 
 // Times this communicator's links for the model's bandwidth: a chain broadcast too large for the
 // cache (beta at the memory's rate, its per-message part negligible at that size; divided by
-// the host's crowding, which the model multiplies back in). The
-// per-message costs keep their defaults: timed here, inside init, they come out at half to two
-// thirds of what the same collectives cost through the API afterwards, which would steer small
-// messages away from the arena. Rank 0's number goes to every rank, and the choices made while
-// the broadcast was forced are forgotten.
+// the host's crowding, which the model multiplies back in). The per-message costs keep their
+// defaults: timed here, inside init, they come out at half to two thirds of what the same
+// collectives cost through the API afterwards, which would steer small messages away from the
+// arena. Rank 0's number goes to every rank, and the choices made while the broadcast was
+// forced are forgotten.
 Status Communicator::measureLinks() {
   std::vector<char> big(std::clamp(layout_.cacheBytesPerRank, size_t{4} << 20, size_t{256} << 20));
   const CollectiveCall flood{coll::Collective::Broadcast, big.data(), big.data(), big.size(), weftUint8};
