@@ -125,13 +125,19 @@ void reference(void* out, size_t at, const std::vector<std::vector<double>>& in,
   std::memcpy(static_cast<char*>(out) + at * typeSize(t), &acc, typeSize(t));
 }
 
+// fill and poison wait for the device: a copy from pageable memory may return before its DMA
+// lands, and the collectives run on non-blocking streams, which do not order against it.
 struct DeviceBuffer {
   explicit DeviceBuffer(size_t size) : bytes(size) { (void)gpuMalloc(&ptr, size > 0 ? size : 1); }
   ~DeviceBuffer() { (void)gpuFree(ptr); }
-  void fill(const std::vector<unsigned char>& from) const { (void)gpuMemcpy(ptr, from.data(), from.size(), gpuMemcpyHostToDevice); }
+  void fill(const std::vector<unsigned char>& from) const {
+    (void)gpuMemcpy(ptr, from.data(), from.size(), gpuMemcpyHostToDevice);
+    (void)gpuDeviceSynchronize();
+  }
   void poison() const {
     std::vector<unsigned char> junk(bytes, 0xA5);
     (void)gpuMemcpy(ptr, junk.data(), bytes, gpuMemcpyHostToDevice);
+    (void)gpuDeviceSynchronize();
   }
   std::vector<unsigned char> read() const {
     std::vector<unsigned char> out(bytes);

@@ -49,7 +49,12 @@ void* allocate(size_t bytes) {
 }
 
 void release(void* device) { (void)gpuFree(device); }
-void toDevice(void* device, const void* host, size_t bytes) { check(gpuMemcpy(device, host, bytes, gpuMemcpyHostToDevice), "copy to the GPU"); }
+// Waits for the device: from pageable memory the copy may return before its DMA lands, and the
+// calls run on a non-blocking stream.
+void toDevice(void* device, const void* host, size_t bytes) {
+  check(gpuMemcpy(device, host, bytes, gpuMemcpyHostToDevice), "copy to the GPU");
+  check(gpuDeviceSynchronize(), "copy to the GPU");
+}
 void toHost(void* host, const void* device, size_t bytes) { check(gpuMemcpy(host, device, bytes, gpuMemcpyDeviceToHost), "copy from the GPU"); }
 
 void fill(void* device, unsigned char byte, size_t bytes) {
