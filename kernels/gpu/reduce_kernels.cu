@@ -1,7 +1,13 @@
 // The GPU reduction kernel: one source for nvcc and hipcc (see gpu_runtime.h). Each thread
-// reduces 16-byte packs of elements across the inputs in a grid-stride loop; a scalar loop takes
-// the tail, and everything when a pointer or the input stride is not 16-byte aligned.
+// reduces 16-byte packs of elements across the inputs in a grid-stride loop, four packs at a
+// time; a scalar loop takes the tail, and everything when a pointer or the input stride is not
+// 16-byte aligned.
 #include "kernels/gpu/reduce_kernels.h"  // first: the runtime's device intrinsics
+
+#if !defined(__HIPCC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
 
 #include <atomic>
 #include <cstdint>
@@ -37,8 +43,21 @@ struct Narrow {
   __device__ static float load(S v) { return Load(v); }
   __device__ static S store(float a) { return Store(a); }
 };
-template <> struct Codec<weftFloat16> : Narrow<uint16_t, halfToFloat, floatToHalf> {};
-template <> struct Codec<weftBfloat16> : Narrow<uint16_t, bf16ToFloat, floatToBf16> {};
+// Half and bfloat16 through the hardware's conversions where it has them (one instruction each;
+// the portable bit arithmetic held bfloat16 sums to 86% and half sums to 58% of copy bandwidth on
+// an H100). Both round to nearest even, as the portable ones do; a NaN stays a NaN (its payload
+// may differ).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ inline float deviceHalfToFloat(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ inline uint16_t deviceFloatToHalf(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ inline uint16_t deviceFloatToBf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+#else
+__device__ inline float deviceHalfToFloat(uint16_t h) { return halfToFloat(h); }
+__device__ inline uint16_t deviceFloatToHalf(float f) { return floatToHalf(f); }
+__device__ inline uint16_t deviceFloatToBf16(float f) { return floatToBf16(f); }
+#endif
+template <> struct Codec<weftFloat16> : Narrow<uint16_t, deviceHalfToFloat, deviceFloatToHalf> {};
+template <> struct Codec<weftBfloat16> : Narrow<uint16_t, bf16ToFloat, deviceFloatToBf16> {};
 template <> struct Codec<weftFloat8e4m3> : Narrow<uint8_t, fp8e4m3ToFloat, floatToFp8e4m3> {};
 template <> struct Codec<weftFloat8e5m2> : Narrow<uint8_t, fp8e5m2ToFloat, floatToFp8e5m2> {};
 
@@ -117,6 +136,8 @@ __global__ void reduceKernel(KernelParams p) {
   using S = typename E::S;
   using A = typename E::A;
   constexpr int kPack = 16 / sizeof(S);
+  // Four packs at a time, but for the 8-bit floats, whose long portable conversions would spill.
+  constexpr int kUnroll = sizeof(S) == 1 && std::is_floating_point_v<A> ? 1 : 4;
   union Pack {
     uint4 raw;
     S e[kPack];
@@ -138,7 +159,36 @@ __global__ void reduceKernel(KernelParams p) {
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
 
-  for (size_t v = first; v < p.packs; v += step) {
+  // kUnroll packs per thread and input, all loaded before any is reduced: more loads in flight.
+  size_t v = first;
+  for (; v + (kUnroll - 1) * step < p.packs; v += kUnroll * step) {
+    A acc[kUnroll][kPack];
+    Pack pack[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) pack[u].raw = reinterpret_cast<const uint4*>(in)[v + u * step];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int e = 0; e < kPack; ++e) acc[u][e] = E::pre(pack[u].e[e], scaled, scalar);
+    }
+    for (int j = 1; j < p.nInputs; ++j) {
+      const uint4* from = reinterpret_cast<const uint4*>(input(j));
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) pack[u].raw = from[v + u * step];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int e = 0; e < kPack; ++e) acc[u][e] = Op::apply(acc[u][e], E::pre(pack[u].e[e], scaled, scalar));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int e = 0; e < kPack; ++e) pack[u].e[e] = E::finish(acc[u][e], p.divisor);
+      reinterpret_cast<uint4*>(out)[v + u * step] = pack[u].raw;
+    }
+  }
+  for (; v < p.packs; v += step) {
     A acc[kPack];
     Pack pack;
     pack.raw = reinterpret_cast<const uint4*>(in)[v];
