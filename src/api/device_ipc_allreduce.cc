@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "api/device_operation.h"
+#include "gpu/stream_wait.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/gpu/reduce_kernels.h"
 #include "util/env.h"
@@ -19,13 +20,19 @@ using transport::cuda_ipc::kHandleBytes;
 namespace {
 
 constexpr int64_t kDefaultBufferBytes = int64_t{256} << 20;
+constexpr size_t kSignalStride = 128;  // a counter per cache line
+
+uint32_t* signalOf(const DeviceIpc& ipc, int owner, int from) {
+  return reinterpret_cast<uint32_t*>(ipc.signals->of(owner) + static_cast<size_t>(from) * kSignalStride);
+}
 
 size_t alignUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
-// What each rank tells the others at set-up.
+// What each rank tells the others at set-up: the two buffers' handles and the signals'.
 struct SetUpRecord {
   unsigned char ok = 0;
-  unsigned char handles[2][kHandleBytes] = {};
+  unsigned char deviceBarriers = 0;
+  unsigned char handles[3][kHandleBytes] = {};
 };
 
 // Allocates and exports this rank's buffers, swaps handles with every rank, maps the peers'
@@ -56,6 +63,19 @@ Status setUp(CommState& state) {
     std::memcpy(mine.handles[k], ipc->buffers[k]->handle().data(), kHandleBytes);
   }
   mine.ok = able ? 1 : 0;
+  // Device barriers need stream memory operations, the signals and a stream to release them.
+  if (able && envString("WEFT_CUDA_IPC_SYNC").value_or("device") != "host" && gpu::streamMemoryOpsAvailable()) {
+    auto made = IpcBuffers::allocate(static_cast<size_t>(state.nranks) * kSignalStride);
+    if (made.isOk() && gpuStreamCreateWithFlags(&ipc->rescue, gpuStreamNonBlocking) == gpuSuccess) {
+      ipc->signals = made.take();
+      std::memcpy(mine.handles[2], ipc->signals->handle().data(), kHandleBytes);
+      mine.deviceBarriers = 1;
+    } else {
+      (void)gpuGetLastError();
+      WEFT_INFO("CUDA IPC barriers go through the host: %s",
+                made.isOk() ? "no stream for the signals" : made.status().message().c_str());
+    }
+  }
 
   const auto n = static_cast<size_t>(state.nranks);
   std::vector<SetUpRecord> all(n);
@@ -64,39 +84,76 @@ Status setUp(CommState& state) {
     if (c == nullptr) return Status(weftInvalidUsage, "the communicator was destroyed");
     ScopedDevice onDevice(state.device);
     WEFT_TRY(c->run(core::CollectiveCall{Collective::AllGather, &mine, all.data(), sizeof mine, weftUint8}));
-    bool everyone = true;
-    for (const SetUpRecord& r : all) everyone = everyone && r.ok == 1;
-    uint8_t opened = 0;
+    bool everyone = true, deviceBarriers = true;
+    for (const SetUpRecord& r : all) {
+      everyone = everyone && r.ok == 1;
+      deviceBarriers = deviceBarriers && r.deviceBarriers == 1;
+    }
+    uint8_t opened[2] = {0, 0};  // the buffers, the signals
+    auto open = [&](IpcBuffers& buffers, int k) {
+      std::vector<IpcHandle> handles(n);
+      for (size_t r = 0; r < n; ++r) std::memcpy(handles[r].data(), all[r].handles[k], kHandleBytes);
+      Status s = buffers.openPeers(handles, state.rank);
+      if (!s.isOk()) WEFT_INFO("CUDA IPC: %s", s.message().c_str());
+      return s.isOk();
+    };
     if (everyone) {
-      opened = 1;
-      for (int k = 0; k < 2 && opened == 1; ++k) {
-        std::vector<IpcHandle> handles(n);
-        for (size_t r = 0; r < n; ++r) std::memcpy(handles[r].data(), all[r].handles[k], kHandleBytes);
-        if (Status s = ipc->buffers[k]->openPeers(handles, state.rank); !s.isOk()) {
-          WEFT_INFO("CUDA IPC off for this communicator: %s", s.message().c_str());
-          opened = 0;
-        }
-      }
+      opened[0] = open(*ipc->buffers[0], 0) && open(*ipc->buffers[1], 1) ? 1 : 0;
+      opened[1] = opened[0] == 1 && deviceBarriers && open(*ipc->signals, 2) ? 1 : 0;
     }
     // Usable only if every rank mapped every buffer (a byte-wise min over ranks).
-    core::CollectiveCall agree{Collective::AllReduce, &opened, &opened, 1, weftUint8};
+    core::CollectiveCall agree{Collective::AllReduce, opened, opened, 2, weftUint8};
     agree.op = weftMin;
     WEFT_TRY(c->run(agree));
-    ipc->usable = opened == 1;
+    ipc->usable = opened[0] == 1;
+    if (opened[1] == 0) ipc->signals.reset();
     return Status::ok();
   });
   if (!ipc->usable) {
     ScopedDevice onDevice(state.device);
     ipc->buffers[0].reset();
     ipc->buffers[1].reset();
+    ipc->signals.reset();
   }
+  WEFT_INFO("CUDA IPC all-reduce %s%s", ipc->usable ? "on" : "off",
+            !ipc->usable ? "" : ipc->signals ? ", barriers on the device" : ", barriers through the host");
   return status.withContext("setting up CUDA IPC");
+}
+
+// Queues a barrier on the device: the stream signals every peer, then waits for every peer's
+// signal. Counters only grow, so a peer already past this barrier satisfies it too.
+Status queueDeviceBarrier(DeviceIpc& ipc, int rank, int n, gpuStream_t stream) {
+  const uint32_t number = ++ipc.barriers;
+  for (int q = 0; q < n; ++q) {
+    if (q == rank) continue;
+    WEFT_TRY(checkRuntime(gpu::streamWriteValue(stream, signalOf(ipc, q, rank), number), "signalling a peer"));
+  }
+  for (int q = 0; q < n; ++q) {
+    if (q == rank) continue;
+    WEFT_TRY(checkRuntime(gpu::streamWaitAtLeast(stream, signalOf(ipc, rank, q), number), "waiting for a peer"));
+  }
+  return Status::ok();
+}
+
+// After a failed device barrier: raises this rank's counters past `number`, so that its stream
+// moves on (its kernels skip), from a stream of its own.
+void releaseBarriers(const std::shared_ptr<CommState>& state, uint32_t number) {
+  DeviceIpc& ipc = *state->ipc;
+  ipc.broken = true;
+  for (int q = 0; q < state->nranks; ++q) {
+    if (q == state->rank) continue;
+    if (gpu::streamWriteValue(ipc.rescue, signalOf(ipc, state->rank, q), number) != gpuSuccess) {
+      (void)gpuGetLastError();
+      WEFT_WARN("cannot release the stream's wait for rank %d after a failed all-reduce", q);
+    }
+  }
 }
 
 }  // namespace
 
 DeviceIpc::~DeviceIpc() {
   if (done != nullptr) (void)gpuEventDestroy(done);
+  if (rescue != nullptr) (void)gpuStreamDestroy(rescue);
 }
 
 Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& call) {
@@ -118,20 +175,36 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   // Pieces of whole blocks of whole 16-byte packs.
   const size_t pieceCount = ipc.buffers[0]->bytes() / size / (un * pack) * (un * pack);
 
+  if (ipc.broken) {
+    return Status(weftRemoteError, "an earlier all-reduce on device buffers failed (see weftCommGetAsyncError); "
+                                   "the communicator cannot be used for another");
+  }
   auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
   WEFT_TRY(op->allocate(16));  // the PreMulSum scalar
   if (ipc.doneRecorded) {
     WEFT_TRY(checkRuntime(gpuStreamWaitEvent(stream, ipc.done, 0), "waiting for the previous CUDA IPC all-reduce"));
   }
+  const bool onDevice = ipc.signals != nullptr;
+  gpuEvent_t started = nullptr;
+  if (onDevice) {
+    WEFT_ASSIGN_OR_RETURN(started, op->pool->acquireEvent());
+    op->events.push_back(started);
+    WEFT_TRY(checkRuntime(gpuEventRecord(started, stream), "recording an event on the stream"));
+  }
+  auto barrier = [&]() -> Status {
+    if (onDevice) return queueDeviceBarrier(ipc, rank, n, stream);
+    return enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); });
+  };
   const void* scalar = nullptr;
-  if (call.preMulSum) {
-    if (call.scalarAt != nullptr) {
-      WEFT_TRY(checkRuntime(gpuMemcpyAsync(op->hostStaging(), call.scalarAt, size, gpuMemcpyDefault, stream),
-                            "copying the PreMulSum scalar"));
-    } else {
+  if (call.preMulSum) {  // into device memory, where every block of the scaling kernel reads it
+    const void* from = call.scalarAt;
+    if (from == nullptr) {
       std::memcpy(op->hostStaging(), call.scalarValue.data(), size);
+      from = op->hostStaging();
     }
-    scalar = op->deviceStaging();
+    WEFT_TRY(checkRuntime(gpuMemcpyAsync(op->deviceScalar(), from, size, gpuMemcpyDefault, stream),
+                          "copying the PreMulSum scalar"));
+    scalar = op->deviceScalar();
   }
   const auto* send = static_cast<const unsigned char*>(call.send);
   auto* recv = static_cast<unsigned char*>(call.recv);
@@ -155,7 +228,8 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
       scale.scalar = scalar;
       WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(scale, stream), "launching the PreMulSum scaling"));
     }
-    WEFT_TRY(enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); }));
+    WEFT_TRY(barrier());
+    WEFT_TRY(op->copySkipFlag(stream));
 
     kernels::gpu::ReduceArgs reduce;
     reduce.listed = true;
@@ -171,7 +245,8 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     reduce.divisor = un;
     reduce.skipIf = op->deviceSkipFlag();
     WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(reduce, stream), "launching the reduce-scatter kernel"));
-    WEFT_TRY(enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); }));
+    WEFT_TRY(barrier());
+    WEFT_TRY(op->copySkipFlag(stream));
 
     for (size_t q = 0; q < un; ++q) {
       const size_t first = q * block;
@@ -189,6 +264,9 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   }
   WEFT_TRY(checkRuntime(gpuEventRecord(ipc.done, stream), "recording the end of the CUDA IPC all-reduce"));
   ipc.doneRecorded = true;
+  if (onDevice) {
+    WEFT_TRY(enqueueWatch(op, stream, started, [state, last = ipc.barriers] { releaseBarriers(state, last); }));
+  }
   return enqueueRelease(op, stream);
 }
 

@@ -1,19 +1,24 @@
 // All-reduce of device buffers between the ranks of one host, GPU to GPU over CUDA/HIP IPC.
 //
 // Each rank owns two IPC buffers (successive pieces alternate, so that no rank refills a buffer
-// its peers may still read) and maps every peer's; they are set up by the first such all-reduce,
-// collectively, and kept until destroy. A message goes in pieces of at most one buffer; per
-// piece, on the caller's stream:
+// its peers may still read) and a block of signal counters, and maps every peer's; they are set
+// up by the first such all-reduce, collectively, and kept until destroy. A message goes in pieces
+// of at most one buffer; per piece, on the caller's stream:
 //   1. copy this rank's piece into its buffer;
-//   2. host phase: a barrier (every rank's copy is done, and so are its reads two pieces back);
+//   2. a barrier (every rank's copy is done, and so are its reads two pieces back);
 //   3. reduce-scatter: one kernel reads block r of every rank's buffer (the peers' directly) and
 //      writes the reduced block into its own buffer;
-//   4. host phase: a barrier (every block is reduced);
+//   4. a barrier (every block is reduced);
 //   5. all-gather: copy kernels read each rank's reduced block straight into recvbuff.
-// Kernels read the operation's skip flag first, so after a failed barrier none touches a peer.
-// GPU builds only.
+// The barriers are on the device: the stream writes the barrier's number into a signal counter of
+// every peer and waits until each of its own counters has reached it (stream memory operations),
+// so no host thread is in the loop; the progress engine only watches the operation's deadline,
+// and on a timeout marks it failed and releases the waits. Without stream memory operations (or
+// with WEFT_CUDA_IPC_SYNC=host) the barriers are host phases instead. Kernels read the operation's
+// skip flag first, so after a failed barrier none touches a peer. GPU builds only.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "api/comm_handle.h"
@@ -28,6 +33,11 @@ struct DeviceIpc {
   bool usable = false;  // every rank set up and mapped every buffer
   std::unique_ptr<transport::cuda_ipc::IpcBuffers> buffers[2];
   int next = 0;  // the buffer the next piece uses
+  // Barriers on the device: rank q's counter for rank r is at signals->of(q) + r * kSignalStride.
+  std::unique_ptr<transport::cuda_ipc::IpcBuffers> signals;
+  uint32_t barriers = 0;  // the device barriers queued so far (the same count on every rank)
+  gpuStream_t rescue = nullptr;  // releases this rank's waits after a failure
+  std::atomic<bool> broken{false};
   // Recorded at the end of each operation; the next one's stream waits for it, so operations on
   // different streams still take the buffers in turn.
   gpuEvent_t done = nullptr;

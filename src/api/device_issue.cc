@@ -149,6 +149,9 @@ Status enqueueStaged(const std::shared_ptr<CommState>& state, gpuStream_t stream
   }));
 
   // Reduce each rank's block on the GPU, from and (but for reduce-scatter) into mapped memory.
+  bool anyReducing = false;
+  for (const StagedCall& s : staged) anyReducing = anyReducing || coll::isReducing(s.call.collective);
+  if (anyReducing) WEFT_TRY(op->copySkipFlag(stream));
   for (const StagedCall& s : staged) {
     if (!coll::isReducing(s.call.collective)) continue;
     const size_t size = kernels::dataTypeSize(s.call.type);

@@ -48,6 +48,11 @@ Status DeviceOperation::allocate(size_t bytes) {
   return Status::ok();
 }
 
+Status DeviceOperation::copySkipFlag(gpuStream_t stream) {
+  return checkRuntime(gpuMemcpyAsync(pinned.deviceWords, pinned.host, sizeof(int), gpuMemcpyHostToDevice, stream),
+                      "copying the operation's skip flag to the device");
+}
+
 void DeviceOperation::finishPhase(uint32_t phase) {
   // Whatever the phase wrote to staging (and the skip flag) is visible before the flag moves.
   std::atomic_thread_fence(std::memory_order_release);
@@ -176,6 +181,31 @@ Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::functio
     return checkRuntime(err, "queueing a host callback on the stream");
   }
   return Status::ok();
+}
+
+Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t started, std::function<void()> unblock) {
+  WEFT_ASSIGN_OR_RETURN(gpuEvent_t ended, op->pool->acquireEvent());
+  op->events.push_back(ended);
+  WEFT_TRY(checkRuntime(gpuEventRecord(ended, stream), "recording an event on the stream"));
+  return op->state->engine.enqueue([op, started, ended, unblock = std::move(unblock)]() {
+    ScopedDevice onDevice(op->pool->device());
+    const int timeoutMs = op->state->config.timeoutMs;
+    Status status = op->failed();
+    if (status.isOk()) status = waitForEvent(started, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
+    if (status.isOk()) {
+      status = waitForEvent(ended, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
+      if (status.code() == weftTimeout) {
+        status = Status(weftTimeout, formatString("%s: the peers did not all reach this operation within %d ms (a "
+                                                  "rank died, or called another collective)",
+                                                  op->fn, timeoutMs));
+      }
+    }
+    if (!status.isOk()) {
+      op->fail(status);
+      unblock();
+    }
+    return status;
+  });
 }
 
 Status enqueueRelease(const OperationRef& op, gpuStream_t stream) {

@@ -42,7 +42,12 @@ struct DeviceOperation {
   Status allocate(size_t bytes);
   unsigned char* hostStaging() const { return static_cast<unsigned char*>(pinned.host) + kControlBytes; }
   unsigned char* deviceStaging() const { return static_cast<unsigned char*>(pinned.device) + kControlBytes; }
-  const int* deviceSkipFlag() const { return static_cast<const int*>(pinned.device); }
+  // The skip flag as kernels read it: a copy in device memory, which copySkipFlag refreshes in
+  // stream order (call it after each wait, before the kernels that follow).
+  const int* deviceSkipFlag() const { return static_cast<const int*>(pinned.deviceWords); }
+  Status copySkipFlag(gpuStream_t stream);
+  // Device memory for a PreMulSum scalar (up to 16 bytes), beside the skip flag.
+  void* deviceScalar() const { return static_cast<unsigned char*>(pinned.deviceWords) + 16; }
   const uint32_t* devicePhaseFlag() const {
     return reinterpret_cast<const uint32_t*>(static_cast<unsigned char*>(pinned.device) + kPhaseFlagAt);
   }
@@ -75,6 +80,12 @@ std::shared_ptr<gpu::StagingPool> stagingPoolOf(CommState& state);
 // and runs `work` on the communicator, and the stream's wait for the job (a device-side wait on
 // the phase flag; a blocking stream callback where the driver has no stream memory operations).
 Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::function<Status(core::Communicator&)> work);
+
+// Watches device work that waits on peers by itself (stream memory operations): the engine waits
+// for the stream to pass `started` (recorded before that work) and then the end of what is queued
+// now, each within the timeout. If either does not come (or the communicator is aborted), the
+// operation fails, so that its kernels skip, and `unblock` releases the stream's waits.
+Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t started, std::function<void()> unblock);
 
 // The operation's last step on the stream: its pinned memory goes back to the pool.
 Status enqueueRelease(const OperationRef& op, gpuStream_t stream);

@@ -45,6 +45,12 @@ Result<PinnedBuffer> StagingPool::acquireBuffer(size_t bytes) {
     (void)gpuFreeHost(buffer.host);
     return runtimeError(err, "mapping pinned staging memory for the device");
   }
+  err = gpuMalloc(&buffer.deviceWords, PinnedBuffer::kDeviceWordsBytes);
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();
+    (void)gpuFreeHost(buffer.host);
+    return runtimeError(err, "allocating device memory for the staging's flags");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   allBuffers_.push_back(buffer);
   return buffer;
@@ -114,7 +120,10 @@ bool StagingPool::waitIdle(int timeoutMs) {
 
 void StagingPool::freeAll() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const PinnedBuffer& buffer : allBuffers_) (void)gpuFreeHost(buffer.host);
+  for (const PinnedBuffer& buffer : allBuffers_) {
+    (void)gpuFreeHost(buffer.host);
+    (void)gpuFree(buffer.deviceWords);
+  }
   for (gpuEvent_t event : allEvents_) (void)gpuEventDestroy(event);
   (void)gpuGetLastError();
   allBuffers_.clear();

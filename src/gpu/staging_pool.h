@@ -17,6 +17,11 @@ struct PinnedBuffer {
   void* host = nullptr;    // what the CPU (and the transports) use
   void* device = nullptr;  // the same memory as a kernel addresses it
   size_t bytes = 0;
+  // kDeviceWordsBytes of device memory beside it, for what every block of a kernel reads: a read
+  // of mapped host memory crosses the bus, and a thousand blocks reading one word took about a
+  // millisecond on an H100.
+  void* deviceWords = nullptr;
+  static constexpr size_t kDeviceWordsBytes = 256;
 };
 
 class StagingPool {

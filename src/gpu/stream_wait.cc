@@ -8,8 +8,14 @@ namespace weft::gpu {
 
 #if defined(WEFT_GPU_HIP)
 
+bool streamMemoryOpsAvailable() { return true; }
+
 gpuError_t streamWaitAtLeast(gpuStream_t stream, const uint32_t* flag, uint32_t value) {
   return hipStreamWaitValue32(stream, const_cast<uint32_t*>(flag), value, hipStreamWaitValueGte, 0xffffffffu);
+}
+
+gpuError_t streamWriteValue(gpuStream_t stream, uint32_t* flag, uint32_t value) {
+  return hipStreamWriteValue32(stream, flag, value, 0);
 }
 
 bool streamIsCapturing(gpuStream_t) { return false; }
@@ -18,19 +24,27 @@ bool streamIsCapturing(gpuStream_t) { return false; }
 
 namespace {
 
-using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+// cuStreamWaitValue32 and cuStreamWriteValue32 have this one signature.
+using StreamValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-WaitValue32 waitValue32() {
-  static const WaitValue32 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<WaitValue32>(p);
-  }();
+StreamValue32 driverEntryPoint(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    p = nullptr;
+  }
+  return reinterpret_cast<StreamValue32>(p);
+}
+
+StreamValue32 waitValue32() {
+  static const StreamValue32 fn = driverEntryPoint("cuStreamWaitValue32");
+  return fn;
+}
+
+StreamValue32 writeValue32() {
+  static const StreamValue32 fn = driverEntryPoint("cuStreamWriteValue32");
   return fn;
 }
 
@@ -45,10 +59,19 @@ bool streamIsCapturing(gpuStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+bool streamMemoryOpsAvailable() { return waitValue32() != nullptr && writeValue32() != nullptr; }
+
 gpuError_t streamWaitAtLeast(gpuStream_t stream, const uint32_t* flag, uint32_t value) {
-  WaitValue32 fn = waitValue32();
+  StreamValue32 fn = waitValue32();
   if (fn == nullptr) return cudaErrorNotSupported;
   const CUresult r = fn(stream, reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WAIT_VALUE_GEQ);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+}
+
+gpuError_t streamWriteValue(gpuStream_t stream, uint32_t* flag, uint32_t value) {
+  StreamValue32 fn = writeValue32();
+  if (fn == nullptr) return cudaErrorNotSupported;
+  const CUresult r = fn(stream, reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
 }
 

@@ -1,7 +1,8 @@
-// A stream that waits on the device for a host-written flag: the GPU's front end holds the
-// stream until *flag >= value (cuStreamWaitValue32 / hipStreamWaitValue32). No host thread blocks
-// and no kernel spins, so host phases of any number of streams and communicators cannot wait on
-// each other through a shared callback thread. GPU builds only.
+// Stream memory operations: a stream that waits on the device for a flag (the GPU's front end
+// holds the stream until *flag >= value: cuStreamWaitValue32 / hipStreamWaitValue32), and one
+// that writes a flag once its earlier work is done and visible (cuStreamWriteValue32). No host
+// thread blocks and no kernel spins. Flags live in mapped pinned memory (written by a host
+// thread) or in device memory (written by a peer's stream through CUDA IPC). GPU builds only.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,17 @@
 
 namespace weft::gpu {
 
-// `flag` is the device address of mapped pinned memory. Returns gpuErrorNotSupported-like
-// failure (not gpuSuccess) when the driver offers no stream memory operations.
+// Whether the driver offers both operations below.
+bool streamMemoryOpsAvailable();
+
+// `flag` is a device address. CUDA compares cyclically ((int32_t)(*flag - value) >= 0), so
+// counters may wrap there. Returns a failure (not gpuSuccess) when the driver offers no stream memory
+// operations.
 gpuError_t streamWaitAtLeast(gpuStream_t stream, const uint32_t* flag, uint32_t value);
+
+// Writes `value` to the device address `flag` after the stream's earlier work, behind a memory
+// fence.
+gpuError_t streamWriteValue(gpuStream_t stream, uint32_t* flag, uint32_t value);
 
 // Whether the stream is being captured into a graph (HIP 5: never reported).
 bool streamIsCapturing(gpuStream_t stream);

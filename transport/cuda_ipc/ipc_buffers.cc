@@ -22,6 +22,9 @@ Result<std::unique_ptr<IpcBuffers>> IpcBuffers::allocate(size_t bytes) {
   WEFT_TRY(check(gpuMalloc(&p, bytes), "allocating the CUDA IPC buffer"));
   buffers->local_ = static_cast<unsigned char*>(p);
   buffers->bytes_ = bytes;
+  // Zeroed, so that signal counters start at 0 (a peer may map it before this rank's first use).
+  WEFT_TRY(check(gpuMemsetAsync(p, 0, bytes, nullptr), "clearing the CUDA IPC buffer"));
+  WEFT_TRY(check(gpuStreamSynchronize(nullptr), "clearing the CUDA IPC buffer"));
   gpuIpcMemHandle_t handle;
   WEFT_TRY(check(gpuIpcGetMemHandle(&handle, p), "exporting the CUDA IPC buffer"));
   static_assert(sizeof handle == kHandleBytes);
