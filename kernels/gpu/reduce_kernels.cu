@@ -142,7 +142,8 @@ __global__ void reduceKernel(KernelParams p) {
     uint4 raw;
     S e[kPack];
   };
-  // The skip flag and the scalar may live in host memory: one thread per block reads them.
+  // The skip flag and the scalar are in device memory (callers copy them there): one thread per
+  // block reads them.
   __shared__ int skip;
   __shared__ S sharedScalar;
   if (threadIdx.x == 0) {

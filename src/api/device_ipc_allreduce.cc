@@ -135,19 +135,51 @@ Status queueDeviceBarrier(DeviceIpc& ipc, int rank, int n, gpuStream_t stream) {
   return Status::ok();
 }
 
-// After a failed device barrier: raises this rank's counters past `number`, so that its stream
-// moves on (its kernels skip), from a stream of its own.
-void releaseBarriers(const std::shared_ptr<CommState>& state, uint32_t number) {
+// After a failure: marks every peer failed (this rank's stream will still signal them once it
+// moves on, and they must not take that for progress), then raises this rank's counters past
+// every barrier queued, so that its stream drains (its kernels skip). From a stream of its own,
+// in that order.
+void releaseBarriers(const std::shared_ptr<CommState>& state) {
   DeviceIpc& ipc = *state->ipc;
   ipc.broken = true;
-  for (int q = 0; q < state->nranks; ++q) {
-    if (q == state->rank) continue;
-    if (gpu::streamWriteValue(ipc.rescue, signalOf(ipc, state->rank, q), number) != gpuSuccess) {
-      (void)gpuGetLastError();
-      WEFT_WARN("cannot release the stream's wait for rank %d after a failed all-reduce", q);
+  const uint32_t number = ipc.barriers.load();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int q = 0; q < state->nranks; ++q) {
+      if (q == state->rank) continue;
+      uint32_t* counter = pass == 0 ? signalOf(ipc, q, q) : signalOf(ipc, state->rank, q);
+      if (gpu::streamWriteValue(ipc.rescue, counter, pass == 0 ? 1 : number) != gpuSuccess) {
+        (void)gpuGetLastError();
+        WEFT_WARN("after a failed all-reduce, cannot %s rank %d", pass == 0 ? "warn" : "release the wait for", q);
+      }
     }
   }
 }
+
+// Whether this operation may count as done: the device path is not broken, and no peer marked
+// this rank failed (read back on the rescue stream, which never waits).
+Status checkPeers(const std::shared_ptr<CommState>& state) {
+  DeviceIpc& ipc = *state->ipc;
+  if (ipc.broken) return Status(weftRemoteError, "an earlier all-reduce on device buffers failed");
+  uint32_t marked = 0;
+  if (gpuMemcpyAsync(&marked, signalOf(ipc, state->rank, state->rank), sizeof marked, gpuMemcpyDeviceToHost,
+                     ipc.rescue) != gpuSuccess ||
+      gpuStreamSynchronize(ipc.rescue) != gpuSuccess) {
+    (void)gpuGetLastError();
+    return Status::ok();  // unreadable: the deadline still guards the operation
+  }
+  if (marked != 0) return Status(weftRemoteError, "a peer's all-reduce failed (timed out or aborted); the result is not valid");
+  return Status::ok();
+}
+
+// Queued device barriers that cannot be completed (an error while queueing the rest of the
+// operation) are released, so that neither this rank's stream nor the peers wait forever.
+struct ReleaseUnlessDone {
+  const std::shared_ptr<CommState>& state;
+  bool armed = false;
+  ~ReleaseUnlessDone() {
+    if (armed) releaseBarriers(state);
+  }
+};
 
 }  // namespace
 
@@ -191,8 +223,12 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     op->events.push_back(started);
     WEFT_TRY(checkRuntime(gpuEventRecord(started, stream), "recording an event on the stream"));
   }
+  ReleaseUnlessDone guard{state};
   auto barrier = [&]() -> Status {
-    if (onDevice) return queueDeviceBarrier(ipc, rank, n, stream);
+    if (onDevice) {
+      guard.armed = true;
+      return queueDeviceBarrier(ipc, rank, n, stream);
+    }
     return enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); });
   };
   const void* scalar = nullptr;
@@ -265,7 +301,8 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   WEFT_TRY(checkRuntime(gpuEventRecord(ipc.done, stream), "recording the end of the CUDA IPC all-reduce"));
   ipc.doneRecorded = true;
   if (onDevice) {
-    WEFT_TRY(enqueueWatch(op, stream, started, [state, last = ipc.barriers] { releaseBarriers(state, last); }));
+    WEFT_TRY(enqueueWatch(op, stream, started, [state] { return checkPeers(state); }, [state] { releaseBarriers(state); }));
+    guard.armed = false;
   }
   return enqueueRelease(op, stream);
 }

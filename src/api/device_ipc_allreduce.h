@@ -35,7 +35,10 @@ struct DeviceIpc {
   int next = 0;  // the buffer the next piece uses
   // Barriers on the device: rank q's counter for rank r is at signals->of(q) + r * kSignalStride.
   std::unique_ptr<transport::cuda_ipc::IpcBuffers> signals;
-  uint32_t barriers = 0;  // the device barriers queued so far (the same count on every rank)
+  // The device barriers queued so far (the same count on every rank). Rank r's own counter
+  // signalOf(r, r) is no barrier's: a peer that failed writes 1 there, so that r fails too
+  // rather than take that peer's later signals for progress.
+  std::atomic<uint32_t> barriers{0};
   gpuStream_t rescue = nullptr;  // releases this rank's waits after a failure
   std::atomic<bool> broken{false};
   // Recorded at the end of each operation; the next one's stream waits for it, so operations on

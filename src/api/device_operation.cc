@@ -183,14 +183,16 @@ Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::functio
   return Status::ok();
 }
 
-Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t started, std::function<void()> unblock) {
+Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t started, std::function<Status()> check,
+                    std::function<void()> unblock) {
   WEFT_ASSIGN_OR_RETURN(gpuEvent_t ended, op->pool->acquireEvent());
   op->events.push_back(ended);
   WEFT_TRY(checkRuntime(gpuEventRecord(ended, stream), "recording an event on the stream"));
-  return op->state->engine.enqueue([op, started, ended, unblock = std::move(unblock)]() {
+  return op->state->engine.enqueue([op, started, ended, check = std::move(check), unblock = std::move(unblock)]() {
     ScopedDevice onDevice(op->pool->device());
     const int timeoutMs = op->state->config.timeoutMs;
     Status status = op->failed();
+    if (status.isOk()) status = check();
     if (status.isOk()) status = waitForEvent(started, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
     if (status.isOk()) {
       status = waitForEvent(ended, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
@@ -200,6 +202,7 @@ Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t start
                                                   op->fn, timeoutMs));
       }
     }
+    if (status.isOk()) status = check();
     if (!status.isOk()) {
       op->fail(status);
       unblock();
