@@ -142,16 +142,17 @@ Status queueDeviceBarrier(DeviceIpc& ipc, int rank, int n, gpuStream_t stream) {
 void releaseBarriers(const std::shared_ptr<CommState>& state) {
   DeviceIpc& ipc = *state->ipc;
   ipc.broken = true;
+  auto write = [&](uint32_t* counter, uint32_t value, const char* what, int q) {
+    if (gpu::streamWriteValue(ipc.rescue, counter, value) == gpuSuccess) return;
+    (void)gpuGetLastError();
+    WEFT_WARN("after a failed all-reduce, cannot %s rank %d", what, q);
+  };
+  for (int q = 0; q < state->nranks; ++q) {
+    if (q != state->rank) write(signalOf(ipc, q, q), 1, "mark failed", q);
+  }
   const uint32_t number = ipc.barriers.load();
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int q = 0; q < state->nranks; ++q) {
-      if (q == state->rank) continue;
-      uint32_t* counter = pass == 0 ? signalOf(ipc, q, q) : signalOf(ipc, state->rank, q);
-      if (gpu::streamWriteValue(ipc.rescue, counter, pass == 0 ? 1 : number) != gpuSuccess) {
-        (void)gpuGetLastError();
-        WEFT_WARN("after a failed all-reduce, cannot %s rank %d", pass == 0 ? "warn" : "release the wait for", q);
-      }
-    }
+  for (int q = 0; q < state->nranks; ++q) {
+    if (q != state->rank) write(signalOf(ipc, state->rank, q), number, "release the wait for", q);
   }
 }
 

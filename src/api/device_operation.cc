@@ -192,7 +192,6 @@ Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t start
     ScopedDevice onDevice(op->pool->device());
     const int timeoutMs = op->state->config.timeoutMs;
     Status status = op->failed();
-    if (status.isOk()) status = check();
     if (status.isOk()) status = waitForEvent(started, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
     if (status.isOk()) {
       status = waitForEvent(ended, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);

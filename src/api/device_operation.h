@@ -83,9 +83,9 @@ Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::functio
 
 // Watches device work that waits on peers by itself (stream memory operations): the engine waits
 // for the stream to pass `started` (recorded before that work) and then the end of what is queued
-// now, each within the timeout, and asks `check` before and after. If either does not come (or
-// the communicator is aborted, or check fails), the operation fails, so that its kernels skip,
-// and `unblock` releases the stream's waits.
+// now, each within the timeout, then asks `check` whether it may count as done. If either does
+// not come (or the communicator is aborted, or check fails), the operation fails, so that its
+// kernels skip, and `unblock` releases the stream's waits.
 Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t started, std::function<Status()> check,
                     std::function<void()> unblock);
 

@@ -134,11 +134,7 @@ struct DeviceBuffer {
     (void)gpuMemcpy(ptr, from.data(), from.size(), gpuMemcpyHostToDevice);
     (void)gpuDeviceSynchronize();
   }
-  void poison() const {
-    std::vector<unsigned char> junk(bytes, 0xA5);
-    (void)gpuMemcpy(ptr, junk.data(), bytes, gpuMemcpyHostToDevice);
-    (void)gpuDeviceSynchronize();
-  }
+  void poison() const { fill(std::vector<unsigned char>(bytes, 0xA5)); }
   std::vector<unsigned char> read() const {
     std::vector<unsigned char> out(bytes);
     (void)gpuMemcpy(out.data(), ptr, bytes, gpuMemcpyDeviceToHost);
