@@ -13,6 +13,12 @@
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
 #                the planned ring and double binary tree, verified
+#   rails        every host has two links (ens1f0 and ens2f0, on two bridges) and the topology of
+#                tests/topo/server-2s.xml (two NICs by those names): weft-stress verified, then
+#                an all-reduce (1 MiB to RAILS_MAX, default 4M) whose bytes must leave every host
+#                by both links; with each link shaped to RAILS_RATE (default 100mbit), the times
+#                over both rails are printed beside one rail with as many streams (a
+#                measurement, not asserted)
 #
 # Exit 77 (ctest: skipped) when network namespaces cannot be made (needs root / CAP_NET_ADMIN).
 set -euo pipefail
@@ -34,20 +40,35 @@ if ! ip netns add "${tag}sw" 2> "$work/err"; then
   echo "skipped: cannot create network namespaces ($(cat "$work/err")); run as root"
   exit 77
 fi
-ip -n "${tag}sw" link add br0 type bridge
-ip -n "${tag}sw" link set br0 up
+# link NS HOST BRIDGE NAME SUBNET: a veth from host HOST's namespace, named NAME there, to BRIDGE.
+link() {
+  local ns=$1 h=$2 bridge=$3 name=$4 subnet=$5
+  ip link add "${tag}t$h" type veth peer name "${tag}$bridge$h"
+  ip link set "${tag}t$h" netns "$ns"
+  ip -n "$ns" link set "${tag}t$h" name "$name"
+  ip link set "${tag}$bridge$h" netns "${tag}sw"
+  ip -n "${tag}sw" link set "${tag}$bridge$h" master "$bridge"
+  ip -n "${tag}sw" link set "${tag}$bridge$h" up
+  ip -n "$ns" addr add "$subnet.$((h + 1))/24" dev "$name"
+  ip -n "$ns" link set "$name" up
+}
+
+for bridge in b0 b1; do
+  ip -n "${tag}sw" link add "$bridge" type bridge
+  ip -n "${tag}sw" link set "$bridge" up
+done
 for ((h = 0; h < nhosts; ++h)); do
   ns=${tag}h$h
   ip netns add "$ns"
-  ip link add "${tag}v$h" type veth peer name "${tag}b$h"
-  ip link set "${tag}v$h" netns "$ns"
-  ip link set "${tag}b$h" netns "${tag}sw"
-  ip -n "${tag}sw" link set "${tag}b$h" master br0
-  ip -n "${tag}sw" link set "${tag}b$h" up
   ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "10.88.0.$((h + 1))/24" dev "${tag}v$h"
-  ip -n "$ns" link set "${tag}v$h" up
+  if [[ $mode == rails ]]; then
+    link "$ns" "$h" b0 ens1f0 10.88.0
+    link "$ns" "$h" b1 ens2f0 10.89.0
+  else
+    link "$ns" "$h" b0 "${tag}v$h" 10.88.0
+  fi
 done
+ifname_of() { [[ $mode == rails ]] && echo "=ens1f0,ens2f0" || echo "=${tag}v$1"; }
 
 shape_links() {
   local have_netem=1 h
@@ -86,7 +107,7 @@ start_rank() {
   shift 4
   ip netns exec "${tag}h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "host$h" \
     env MASTER_ADDR=10.88.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$local_rank \
-    LOCAL_WORLD_SIZE=$per_host WEFT_SECRET="$secret" WEFT_SOCKET_IFNAME="=${tag}v$h" WEFT_TIMEOUT_MS=$timeout_ms \
+    LOCAL_WORLD_SIZE=$per_host WEFT_SECRET="$secret" WEFT_SOCKET_IFNAME="$(ifname_of "$h")" WEFT_TIMEOUT_MS=$timeout_ms \
     "$@" > "$work/rank$slot.log" 2>&1 &
   pids[slot]=$!
 }
@@ -152,6 +173,52 @@ case $mode in
       grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
     done
     grep -m1 -A4 "plan:" "$work/rank0.log"
+    ;;
+  rails)
+    export WEFT_TOPO_FILE
+    WEFT_TOPO_FILE=$(cd "$(dirname "$0")" && pwd)/topo/server-2s.xml
+    for ((h = 0; h < nhosts; ++h)); do
+      start_rank "$h" "$h" "$h" 0 env WEFT_DEBUG=INFO "$bin/weft-stress" -i 200 -s 8 -m 1M
+    done
+    wait_all ok
+    grep "weft-stress:" "$work/rank0.log"
+    grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+    grep -q "streams to .* on rails: 0:NIC 0->10.88.0.[0-9]*:[0-9]* 1:NIC 1->10.89.0" "$work/rank0.log" ||
+      { echo "rank 0 did not put its streams on both rails"; show_logs; exit 1; }
+    tx() { ip netns exec "${tag}h$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
+    # perf LABEL ENV...: a verified all-reduce on every host; prints the table, and fails unless
+    # every host sent at least a quarter of its bytes by each link.
+    perf() {
+      local label=$1 h before0=() before1=() sent0 sent1
+      shift
+      for ((h = 0; h < nhosts; ++h)); do before0[h]=$(tx "$h" ens1f0); before1[h]=$(tx "$h" ens2f0); done
+      pids=()
+      for ((h = 0; h < nhosts; ++h)); do
+        start_rank "$h" "$h" "$h" 0 env "$@" "$bin/weft-perf" allreduce -b 1M -e "${RAILS_MAX:-4M}" -f 4 -n 5 -w 1 -c 1
+      done
+      wait_all ok
+      echo "--- $label"
+      grep -E "^ +[0-9]+ " "$work/rank0.log"
+      grep -q "Out of bounds values : 0 OK" "$work/rank0.log" || { show_logs; exit 1; }
+      for ((h = 0; h < nhosts; ++h)); do
+        sent0=$(($(tx "$h" ens1f0) - before0[h]))
+        sent1=$(($(tx "$h" ens2f0) - before1[h]))
+        echo "host $h sent $sent0 bytes by ens1f0, $sent1 by ens2f0"
+        if [[ $label == "two rails" ]] && ((4 * sent0 < sent0 + sent1 || 4 * sent1 < sent0 + sent1)); then
+          echo "host $h did not spread its bytes over both rails"
+          show_logs
+          exit 1
+        fi
+      done
+    }
+    for ((h = 0; h < nhosts; ++h)); do
+      for itf in ens1f0 ens2f0; do
+        ip netns exec "${tag}h$h" tc qdisc add dev "$itf" root tbf rate "${RAILS_RATE:-100mbit}" burst 64kb latency 500ms
+      done
+    done
+    echo "links: tbf ${RAILS_RATE:-100mbit} each"
+    perf "two rails"
+    perf "one rail, 2 streams" WEFT_SOCKET_IFNAME==ens1f0 WEFT_SOCKET_NSTREAMS=2
     ;;
   linkdown | kill)
     for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -t 120 -s 6 -m 1M; done

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "core/rails.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
 
@@ -64,6 +65,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(laptop.gpus.empty());
   REQUIRE(laptop.nics.size() == 1);
   CHECK(laptop.nics[0].name == "eth0");
+  CHECK(laptop.nics[0].netdev == "eth0");
 
   auto server = load("server-2s.xml");
   CHECK(server.packages == 2);
@@ -82,6 +84,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
     CHECK(gpu.gpus[g].numaNode == static_cast<int>(g / 4));
   }
   CHECK(gpu.nics[2].name == "mlx5_2");
+  CHECK(gpu.nics[2].netdev == "ib2");  // IPoIB: where the rail's sockets go
   // Same switch: up one port, down another. Same socket, other switch: two more. Across sockets:
   // no common bridge.
   CHECK(topo::pciDistance(gpu.gpus[0], gpu.nics[0]) == 2);
@@ -227,6 +230,52 @@ TEST_CASE("planner: on 8 GPUs and 4 NICs each channel enters and leaves a host b
     CHECK(ranks[static_cast<size_t>(ring[8])].gpu == 2 * c + 1);
     CHECK(plan.channels[static_cast<size_t>(c)].nic[static_cast<size_t>(ring[7])] == c);
   }
+}
+
+TEST_CASE("rails: a pair on two hosts has a socket stream per channel, each between that channel's NICs",
+          "[topology][planner]") {
+  const auto host = load("gpu8-nic4.xml");
+  const auto ranks = layout(host, 2, 8);
+  const auto plan = plan::makePlan(ranks);
+  // GPU 2 of host 0 and GPU 5 of host 1: channel c uses NIC c on both hosts.
+  const auto nics = plan::channelNics(plan, ranks, 2, 13);
+  REQUIRE(nics.size() == 4);
+  for (int c = 0; c < 4; ++c) CHECK(nics[static_cast<size_t>(c)] == std::pair<int, int>(c, c));
+  CHECK(plan::channelNics(plan, ranks, 13, 2).size() == 4);
+  CHECK(plan::channelNics(plan, ranks, 2, 5).empty());  // one host: shared memory, no rails
+  CHECK(plan::channelNics(plan::makePlan(layout(load("laptop.xml"), 2, 1)), layout(load("laptop.xml"), 2, 1), 0, 1).empty());
+
+  // Every count of streams rounds up to whole channels, so both ranks of a pair agree.
+  CHECK(core::streamCount(nics, 1) == 4);
+  CHECK(core::streamCount(nics, 5) == 8);
+  CHECK(core::streamCount({}, 3) == 3);
+
+  auto address = [](const char* text) {
+    auto a = transport::SocketAddress::parse(text);
+    REQUIRE(a.isOk());
+    return a.value();
+  };
+  const auto peerMain = address("10.0.0.2:4000");
+  core::RailAddresses mine, peers;
+  mine[0] = address("10.0.0.1:5000");
+  mine[1] = address("10.1.0.1:5001");
+  mine[2] = address("10.2.0.1:5002");  // the peer has no rail on NIC 2, nor either on NIC 3
+  peers[0] = peerMain;
+  peers[1] = address("10.1.0.2:4001");
+  const auto routes = core::streamRoutes(nics, 1, mine, peerMain, peers);
+  REQUIRE(routes.size() == 4);
+  CHECK(routes[0].destination.toString() == "10.0.0.2:4000");
+  REQUIRE(routes[1].source != nullptr);
+  CHECK(routes[1].source->toString() == "10.1.0.1:5001");
+  CHECK(routes[1].destination.toString() == "10.1.0.2:4001");
+  CHECK((routes[1].localNic == 1 && routes[1].peerNic == 1));
+  for (size_t s : {2, 3}) {  // no rail at one end: the peer's main address, routed by the kernel
+    CHECK(routes[s].source == nullptr);
+    CHECK(routes[s].destination.toString() == "10.0.0.2:4000");
+  }
+  const auto plain = core::streamRoutes({}, 2, mine, peerMain, peers);
+  REQUIRE(plain.size() == 2);
+  CHECK((plain[0].source == nullptr && plain[1].source == nullptr));
 }
 
 TEST_CASE("planner: double binary trees have <= 2 children and disjoint interiors", "[topology][planner]") {

@@ -31,13 +31,16 @@ uint64_t localHostHash() {
 }
 
 Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
-                                  const plan::RankPlacement& placement, const std::atomic<bool>* abortFlag) {
+                                  const plan::RankPlacement& placement, const topo::HostTopology& host,
+                                  const std::atomic<bool>* abortFlag) {
   Deadline deadline = Deadline::afterMs(timeoutMs);
   Rendezvous out;
 
   WEFT_ASSIGN_OR_RETURN(SocketAddress listenAddress, transport::chooseListenAddress(id.root));
   SocketAddress bound;
   WEFT_ASSIGN_OR_RETURN(out.listenFd, transport::listenOn(listenAddress, &bound));
+  WEFT_ASSIGN_OR_RETURN(RailListeners rails, listenOnRails(host, bound));
+  out.railListenFds = std::move(rails.fds);
 
   RankHello hello{};
   hello.magic = kHelloMagic;
@@ -49,6 +52,9 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   hello.pid = static_cast<uint32_t>(::getpid());
   hello.hostHash = localHostHash();
   hello.listen = transport::toWire(bound);
+  for (int nic = 0; nic < kMaxRails; ++nic) {
+    if (rails.addresses[nic].length > 0) hello.rails[nic] = transport::toWire(rails.addresses[nic]);
+  }
   std::snprintf(hello.hostName, sizeof(hello.hostName), "%s", localHostName().c_str());
   hello.placement = {static_cast<int16_t>(placement.numaNode), static_cast<int16_t>(placement.gpu),
                      static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount),

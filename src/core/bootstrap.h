@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rails.h"
 #include "core/unique_id.h"
 #include "plan/placement.h"
 #include "transport/socket/socket_util.h"
@@ -15,6 +16,7 @@ namespace weft::core {
 
 struct PeerInfo {
   transport::SocketAddress listen;
+  RailAddresses rails;  // where it listens on each NIC of its host (core/rails.h)
   std::string hostName;
   uint64_t hostHash = 0;  // equal on ranks that share a host (same boot id and hostname)
   uint32_t pid = 0;
@@ -24,6 +26,7 @@ struct PeerInfo {
 struct Rendezvous {
   std::vector<PeerInfo> peers;
   transport::UniqueFd listenFd;  // where this rank accepts its peers' connections
+  std::vector<transport::UniqueFd> railListenFds;  // and on its other NICs
 };
 
 // Starts a root on `bindAddress` (port 0 picks one) in a background thread that serves one
@@ -31,9 +34,11 @@ struct Rendezvous {
 Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret,
                           int lifetimeMs, transport::SocketAddress* bound);
 
-// Joins the rendezvous of `id` as `rank` of `nranks`, telling the others where it sits.
+// Joins the rendezvous of `id` as `rank` of `nranks`, telling the others where it sits and
+// where it listens (on each of `host`'s NICs too).
 Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
-                                  const plan::RankPlacement& placement, const std::atomic<bool>* abortFlag);
+                                  const plan::RankPlacement& placement, const topo::HostTopology& host,
+                                  const std::atomic<bool>* abortFlag);
 
 // This host's identity: hostname and kernel boot id, hashed.
 uint64_t localHostHash();

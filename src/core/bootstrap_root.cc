@@ -128,6 +128,7 @@ class RootServer {
     }
     PeerRecord& rec = records_[static_cast<size_t>(h.rank)];
     rec.listen = h.listen;
+    std::memcpy(rec.rails, h.rails, sizeof(rec.rails));
     rec.pid = h.pid;
     rec.hostHash = h.hostHash;
     std::memcpy(rec.hostName, h.hostName, sizeof(rec.hostName));

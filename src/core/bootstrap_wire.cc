@@ -41,6 +41,12 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     auto address = transport::fromWire(records[r].listen);
     if (!address.isOk()) return address.status().withContext(where);
     peers[r].listen = address.value();
+    for (int nic = 0; nic < kMaxRails; ++nic) {
+      if (records[r].rails[nic].family == 0) continue;  // no rail on that NIC
+      auto rail = transport::fromWire(records[r].rails[nic]);
+      if (!rail.isOk()) return rail.status().withContext(where + formatString(" (rank %zu's NIC %d)", r, nic));
+      peers[r].rails[static_cast<size_t>(nic)] = rail.value();
+    }
     peers[r].pid = records[r].pid;
     peers[r].hostHash = records[r].hostHash;
     peers[r].hostName.assign(records[r].hostName, strnlen(records[r].hostName, sizeof(records[r].hostName)));
@@ -58,13 +64,16 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
   return peers;
 }
 
-const char* peerHelloProblem(const PeerHello& hello, const Secret& secret, int myRank, int nranks, int streams) {
+const char* peerHelloProblem(const PeerHello& hello, const Secret& secret, int myRank,
+                             std::span<const int> streamsByRank) {
   if (hello.magic != kPeerHelloMagic || hello.version != kProtocolVersion) return "not a Weft peer";
   if (!transport::constantTimeEqual(hello.secret, secret.data(), secret.size())) return "wrong secret";
-  if (hello.toRank != myRank || hello.fromRank < 0 || hello.fromRank >= myRank || hello.fromRank >= nranks ||
-      hello.streams != streams || hello.stream >= streams) {
-    return "inconsistent ranks or stream counts";
+  const auto nranks = static_cast<int>(streamsByRank.size());
+  if (hello.toRank != myRank || hello.fromRank < 0 || hello.fromRank >= myRank || hello.fromRank >= nranks) {
+    return "inconsistent ranks";
   }
+  const int streams = streamsByRank[static_cast<size_t>(hello.fromRank)];
+  if (hello.streams != streams || hello.stream >= streams) return "inconsistent stream counts";
   return nullptr;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rails.h"
 #include "core/unique_id.h"
 #include "transport/socket/socket_util.h"
 #include "util/status.h"
@@ -16,7 +17,7 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 4;
+constexpr uint16_t kProtocolVersion = 5;
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
 
@@ -44,6 +45,7 @@ struct RankHello {
   uint32_t pid;
   uint64_t hostHash;
   transport::WireAddress listen;
+  transport::WireAddress rails[kMaxRails];  // per NIC of its host (core/rails.h); family 0: none
   char hostName[kHostNameBytes];
   WirePlacement placement;
 };
@@ -51,6 +53,7 @@ struct RankHello {
 // What every rank learns about every other.
 struct PeerRecord {
   transport::WireAddress listen;
+  transport::WireAddress rails[kMaxRails];
   uint32_t pid;
   uint32_t reserved;
   uint64_t hostHash;
@@ -59,7 +62,7 @@ struct PeerRecord {
 };
 
 // The layouts tests/fuzz/make_seeds.py writes (LP64); a change here is a new protocol version.
-static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 168 && sizeof(PeerRecord) == 120);
+static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 248 && sizeof(PeerRecord) == 200);
 
 // The root's answer: on success followed by nranks PeerRecords.
 struct RootReply {
@@ -100,7 +103,9 @@ struct PeerInfo;
 Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> records, const std::string& where);
 
 // Why a rank drops an incoming peer stream: not a Weft peer, the wrong secret, or ranks and
-// stream numbers that cannot be (only lower ranks connect to `myRank`); nullptr when it is fine.
-const char* peerHelloProblem(const PeerHello& hello, const Secret& secret, int myRank, int nranks, int streams);
+// stream numbers that cannot be (only lower ranks connect to `myRank`; each pair has its
+// streamsByRank[peer] streams); nullptr when it is fine.
+const char* peerHelloProblem(const PeerHello& hello, const Secret& secret, int myRank,
+                             std::span<const int> streamsByRank);
 
 }  // namespace weft::core

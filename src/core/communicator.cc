@@ -98,12 +98,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   const int numa = plan::currentNumaNode(*host);
   plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
   mine.sharedMemory = config.shm.policy != transport::ShmPolicy::Never;
-  WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous, joinRendezvous(id, rank, nranks, config.timeoutMs, mine, abortFlag));
+  WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous,
+                        joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, abortFlag));
   const std::vector<plan::RankPlacement> placements = placementsOf(rendezvous.peers);
   plan::Plan plan = plan::makePlan(placements);
   if (rank == 0) WEFT_INFO("plan: %s", plan::describePlan(plan, placements).c_str());
+  std::vector<std::vector<std::pair<int, int>>> channelNics;
+  for (int peer = 0; peer < nranks; ++peer) channelNics.push_back(plan::channelNics(plan, placements, rank, peer));
   PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm,
-                plan.transport[static_cast<size_t>(rank)], abortFlag);
+                plan.transport[static_cast<size_t>(rank)], std::move(channelNics), abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
   communicator->order_ = plan::rankOrderOf(plan);
   // Whether the arena may serve small all-reduces must be the same on every rank, so it is

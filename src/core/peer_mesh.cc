@@ -17,16 +17,21 @@ constexpr int kHelloDeadlineMs = 5000;  // an accepted connection must introduce
 
 PeerMesh::PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
                    const transport::ShmOptions& shm, std::vector<plan::Transport> transports,
-                   const std::atomic<bool>* abortFlag)
+                   std::vector<std::vector<std::pair<int, int>>> channelNics, const std::atomic<bool>* abortFlag)
     : rank_(rank),
       peers_(std::move(rendezvous.peers)),
       listenFd_(std::move(rendezvous.listenFd)),
+      railListenFds_(std::move(rendezvous.railListenFds)),
       secret_(secret),
       streamsPerPeer_(streamsPerPeer),
+      channelNics_(std::move(channelNics)),
       shm_(shm),
       transports_(std::move(transports)),
       abortFlag_(abortFlag),
-      connections_(peers_.size()) {}
+      connections_(peers_.size()) {
+  channelNics_.resize(peers_.size());
+  for (const auto& nics : channelNics_) streamsByRank_.push_back(streamCount(nics, streamsPerPeer_));
+}
 
 std::string PeerMesh::describe(int rank) const {
   if (rank < 0 || rank >= size()) return "rank " + std::to_string(rank);
@@ -66,14 +71,23 @@ Status PeerMesh::connectAll(const Deadline& deadline) {
 }
 
 Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
+  const auto routes = streamRoutes(channelNics_[static_cast<size_t>(peer)], streamsPerPeer_, this->peer(rank_).rails,
+                                   this->peer(peer).listen, this->peer(peer).rails);
+  const int count = static_cast<int>(routes.size());
   std::vector<UniqueFd> streams;
-  for (int s = 0; s < streamsPerPeer_; ++s) {
-    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::connectTo(this->peer(peer).listen, deadline, abortFlag_));
-    PeerHello hello{kPeerHelloMagic, kProtocolVersion, static_cast<uint16_t>(s), {}, rank_, peer, streamsPerPeer_, 0};
+  std::string rails;
+  for (int s = 0; s < count; ++s) {
+    const StreamRoute& route = routes[static_cast<size_t>(s)];
+    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::connectTo(route.destination, deadline, abortFlag_, route.source));
+    PeerHello hello{kPeerHelloMagic, kProtocolVersion, static_cast<uint16_t>(s), {}, rank_, peer, count, 0};
     std::memcpy(hello.secret, secret_.data(), sizeof(hello.secret));
     WEFT_TRY(transport::sendAll(fd.get(), &hello, sizeof(hello), deadline, abortFlag_));
     streams.push_back(std::move(fd));
+    if (route.source != nullptr) {
+      rails += formatString(" %d:NIC %d->%s", s, route.localNic, route.destination.toString().c_str());
+    }
   }
+  if (!rails.empty()) WEFT_INFO("rank %d: streams to %s on rails:%s", rank_, describe(peer).c_str(), rails.c_str());
   WEFT_TRACE("rank %d connected to %s", rank_, describe(peer).c_str());
   return adopt(peer, std::move(streams), deadline);
 }
@@ -81,7 +95,7 @@ Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
 Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
   for (;;) {
     auto it = arrived_.find(peer);
-    if (it != arrived_.end() && static_cast<int>(it->second.size()) == streamsPerPeer_) {
+    if (it != arrived_.end() && static_cast<int>(it->second.size()) == streamsByRank_[static_cast<size_t>(peer)]) {
       bool complete = true;
       for (const auto& fd : it->second) complete = complete && fd.valid();
       if (complete) {
@@ -122,18 +136,20 @@ Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& 
 // Accepts one connection and files it under the peer it proves to be.
 Status PeerMesh::acceptAndSort(const Deadline& deadline) {
   transport::SocketAddress from;
-  WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::acceptOne(listenFd_.get(), deadline, abortFlag_, &from));
+  std::vector<int> listeners{listenFd_.get()};
+  for (const auto& fd : railListenFds_) listeners.push_back(fd.get());
+  WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::acceptAny(listeners, deadline, abortFlag_, &from));
   PeerHello hello{};
   Status got = transport::recvAll(fd.get(), &hello, sizeof(hello),
                                   deadline.earlier(Deadline::afterMs(kHelloDeadlineMs)), abortFlag_);
-  const char* why = !got.isOk() ? "no hello" : peerHelloProblem(hello, secret_, rank_, size(), streamsPerPeer_);
+  const char* why = !got.isOk() ? "no hello" : peerHelloProblem(hello, secret_, rank_, streamsByRank_);
   if (why == nullptr && connections_[static_cast<size_t>(hello.fromRank)]) why = "a duplicate connection";
   if (why != nullptr) {
     WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, from.toString().c_str(), why);
     return Status::ok();
   }
   auto& streams = arrived_[hello.fromRank];
-  streams.resize(static_cast<size_t>(streamsPerPeer_));
+  streams.resize(static_cast<size_t>(hello.streams));
   if (streams[hello.stream].valid()) {
     WEFT_WARN("rank %d: dropped a duplicate stream %u from %s", rank_, hello.stream, describe(hello.fromRank).c_str());
     return Status::ok();

@@ -19,10 +19,11 @@ namespace weft::core {
 class PeerMesh final : public coll::ConnectionProvider {
  public:
   // transports: the planner's choice for each peer (shared memory is still negotiated: either
-  // side may decline, and then the pair stays on sockets).
+  // side may decline, and then the pair stays on sockets). channelNics: per peer, the NICs of
+  // each channel between the pair (plan::channelNics), over which its socket streams spread.
   PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
            const transport::ShmOptions& shm, std::vector<plan::Transport> transports,
-           const std::atomic<bool>* abortFlag);
+           std::vector<std::vector<std::pair<int, int>>> channelNics, const std::atomic<bool>* abortFlag);
 
   // The connection to `peer`, set up on first use (both ranks of the pair must ask for it).
   Result<transport::Connection*> connection(int peer, const Deadline& deadline) override;
@@ -50,8 +51,11 @@ class PeerMesh final : public coll::ConnectionProvider {
   int rank_;
   std::vector<PeerInfo> peers_;
   transport::UniqueFd listenFd_;
+  std::vector<transport::UniqueFd> railListenFds_;
   Secret secret_;
   int streamsPerPeer_;
+  std::vector<std::vector<std::pair<int, int>>> channelNics_;  // by peer
+  std::vector<int> streamsByRank_;  // the socket streams of each pair (core/rails.h)
   transport::ShmOptions shm_;
   std::vector<plan::Transport> transports_;
   const std::atomic<bool>* abortFlag_;

@@ -188,6 +188,17 @@ coll::RankOrder rankOrderOf(const Plan& plan) {
   return order;
 }
 
+std::vector<std::pair<int, int>> channelNics(const Plan& plan, const std::vector<RankPlacement>& ranks, int a, int b) {
+  std::vector<std::pair<int, int>> out;
+  const auto n = static_cast<int>(ranks.size());
+  if (plan.channels.size() < 2 || a < 0 || b < 0 || a >= n || b >= n ||
+      ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host) {
+    return out;
+  }
+  for (const Channel& ch : plan.channels) out.emplace_back(ch.nic[static_cast<size_t>(a)], ch.nic[static_cast<size_t>(b)]);
+  return out;
+}
+
 std::string describePlan(const Plan& plan, const std::vector<RankPlacement>& ranks) {
   std::string out = formatString("%zu rank(s) on %d host(s), %zu channel(s)\n", ranks.size(), plan.hosts,
                                  plan.channels.size());

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coll/rank_order.h"
@@ -53,6 +54,11 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy = 
 
 // What the collective algorithms follow: the first channel's ring and the two trees.
 coll::RankOrder rankOrderOf(const Plan& plan);
+
+// The NICs that ranks a and b use in each channel, as (a's, b's), for a pair on different hosts
+// in a plan with several channels; empty otherwise. The pair's socket streams are spread over
+// these rails (core/rails.h), so striped messages cross every channel's NIC.
+std::vector<std::pair<int, int>> channelNics(const Plan& plan, const std::vector<RankPlacement>& ranks, int a, int b);
 
 // The binary tree NCCL uses over n nodes (parent and up to two children of each; odd nodes are
 // leaves), and a pair of such trees in which every node is interior in at most one.

@@ -73,6 +73,16 @@ std::string osNameOf(hwloc_obj_t pci) {
   return best.empty() ? busIdOf(pci) : best;
 }
 
+// The device's network interface (a NETWORK OS device), or "".
+std::string netdevOf(hwloc_obj_t pci) {
+  for (hwloc_obj_t child = pci->io_first_child; child != nullptr; child = child->next_sibling) {
+    if (child->type == HWLOC_OBJ_OS_DEVICE && child->name != nullptr && child->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK) {
+      return child->name;
+    }
+  }
+  return "";
+}
+
 PciDevice describePci(hwloc_topology_t t, hwloc_obj_t pci, const std::vector<NumaNode>& nodes) {
   PciDevice d;
   d.busId = busIdOf(pci);
@@ -80,6 +90,7 @@ PciDevice describePci(hwloc_topology_t t, hwloc_obj_t pci, const std::vector<Num
   d.device = pci->attr->pcidev.device_id;
   d.pciClass = pci->attr->pcidev.class_id;
   d.name = osNameOf(pci);
+  d.netdev = netdevOf(pci);
   for (hwloc_obj_t up = pci->parent; up != nullptr && up->type == HWLOC_OBJ_BRIDGE; up = up->parent) {
     d.path.insert(d.path.begin(), up->gp_index);
   }
@@ -210,8 +221,9 @@ std::string describeTopology(const HostTopology& h) {
   auto devices = [&](const char* what, const std::vector<PciDevice>& list) {
     for (size_t i = 0; i < list.size(); ++i) {
       const PciDevice& d = list[i];
-      out += formatString("  %s %zu: %s %s [%04x:%04x] NUMA %d, %zu bridge(s) deep\n", what, i, d.name.c_str(),
-                          d.busId.c_str(), d.vendor, d.device, d.numaNode, d.path.size());
+      const std::string netdev = d.netdev.empty() || d.netdev == d.name ? "" : " (" + d.netdev + ")";
+      out += formatString("  %s %zu: %s%s %s [%04x:%04x] NUMA %d, %zu bridge(s) deep\n", what, i, d.name.c_str(),
+                          netdev.c_str(), d.busId.c_str(), d.vendor, d.device, d.numaNode, d.path.size());
     }
   };
   devices("GPU", h.gpus);

@@ -17,6 +17,7 @@ struct PciDevice {
   unsigned device = 0;
   unsigned pciClass = 0;  // e.g. 0x0302 (3D controller), 0x0200 (Ethernet), 0x0207 (InfiniBand)
   std::string name;       // its OS device ("eth0", "mlx5_0", "cuda0"), or the bus id
+  std::string netdev;     // its network interface ("eth0", "ib0"; IPoIB for InfiniBand), "" if none
   int numaNode = -1;      // index into HostTopology::numaNodes of the closest node; -1 unknown
   // The bridges from the host bridge down to the device, as hwloc object ids: two devices
   // under the same switch share a longer prefix.

@@ -47,8 +47,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto peerHello = take<PeerHello>(data, size);
   if (flags & 1) std::memcpy(peerHello.secret, secret.data(), secret.size());
-  const char* why = peerHelloProblem(peerHello, secret, /*myRank=*/3, /*nranks=*/8, /*streams=*/2);
+  // 8 ranks; the pair with rank 1 has 4 streams (rails), the others 2.
+  const int streamsByRank[8] = {2, 4, 2, 2, 2, 2, 2, 2};
+  const char* why = peerHelloProblem(peerHello, secret, /*myRank=*/3, streamsByRank);
   // Whatever passes must be safe to index with.
-  if (why == nullptr && (peerHello.fromRank < 0 || peerHello.fromRank >= 3 || peerHello.stream >= 2)) __builtin_trap();
+  if (why == nullptr && (peerHello.fromRank < 0 || peerHello.fromRank >= 3 ||
+                         peerHello.stream >= streamsByRank[peerHello.fromRank])) {
+    __builtin_trap();
+  }
   return 0;
 }

@@ -11,7 +11,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = bytes((i * 7 + 1) & 0xFF for i in range(32))
-PROTOCOL = 4  # kProtocolVersion
+PROTOCOL = 5  # kProtocolVersion
 
 
 def fnv1a64(data):
@@ -35,11 +35,16 @@ def placement(numa=0, gpu=-1, nic=0, nics=1, cpus=2, cache_kib=32768):
     return struct.pack("<hhhhhhI", numa, gpu, nic, nics, cpus, 0, cache_kib)
 
 
+def rails(port):
+    # kMaxRails (4) addresses: one per NIC; family 0 where the NIC has none
+    return wire_address(port + 1, "127.0.0.2") + wire_address(port + 2, "127.0.0.3") + bytes(40)
+
+
 def rank_hello(rank=1, nranks=4):
     host = b"seed-host".ljust(64, b"\0")
     return (struct.pack("<IHH", 0x4C454857, PROTOCOL, 0) + SECRET +
-            struct.pack("<iiiIQ", rank, nranks, 30000, 1234, 0xABCDEF) + wire_address(40000) + host +
-            placement() + bytes(4))  # padding to the struct's 8-byte alignment
+            struct.pack("<iiiIQ", rank, nranks, 30000, 1234, 0xABCDEF) + wire_address(40000) + rails(40000) +
+            host + placement(nics=2) + bytes(4))  # padding to the struct's 8-byte alignment
 
 
 def root_reply(nranks, result=0, message=b""):
@@ -47,8 +52,9 @@ def root_reply(nranks, result=0, message=b""):
 
 
 def peer_record(port):
-    # listen (20 bytes), pid, reserved, 4 bytes of padding, hostHash, hostName
-    return wire_address(port) + struct.pack("<II4xQ", 99, 0, 7) + b"peer".ljust(64, b"\0") + placement()
+    # listen (20 bytes), rails (80), pid, reserved, 4 bytes of padding, hostHash, hostName
+    return (wire_address(port) + rails(port) + struct.pack("<II4xQ", 99, 0, 7) + b"peer".ljust(64, b"\0") +
+            placement(nics=2))
 
 
 def peer_hello(from_rank=1, to_rank=3, stream=1, streams=2):

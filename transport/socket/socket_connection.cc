@@ -27,12 +27,15 @@ Status SocketConnection::post(Direction& dir, char* data, size_t bytes, MessageT
   size_t parts = std::clamp<size_t>(bytes / kStripeMinBytes, 1, streams_.size());
   RequestId requestId = dir.first + dir.messages.size();
   dir.messages.push_back({parts, parts, bytes, tag});
+  // Messages take turns at the first stream (the n-th send and the n-th receive pick alike), so
+  // small messages spread over the streams, and over the rails when streams are on several NICs.
+  const size_t first = requestId % streams_.size();
   for (size_t i = 0; i < parts; ++i) {
     size_t begin = bytes * i / parts;
     size_t end = bytes * (i + 1) / parts;
     Part part{requestId, data + begin, end - begin};
     if (isSend) part.header = {kMagic, static_cast<uint32_t>(parts), bytes, tag, 0};
-    dir.parts[i].push_back(part);
+    dir.parts[(first + i) % streams_.size()].push_back(part);
   }
   *id = requestId;
   return Status::ok();

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <span>
+#include <vector>
 
 namespace weft::transport {
 namespace {
@@ -19,20 +21,24 @@ bool aborted(const std::atomic<bool>* flag) { return flag != nullptr && flag->lo
 
 Status abortedStatus() { return Status(weftRemoteError, "the communicator was aborted"); }
 
-// Waits for `events` on fd; weftTimeout at the deadline.
-Status waitFor(int fd, short events, const Deadline& deadline, const std::atomic<bool>* abortFlag,
-               const char* what) {
+// Waits for `events` on any of fds (their revents say which); weftTimeout at the deadline.
+Status waitForAny(std::span<pollfd> fds, const Deadline& deadline, const std::atomic<bool>* abortFlag, const char* what) {
   for (;;) {
     if (aborted(abortFlag)) return abortedStatus();
     int waitMs = deadline.remainingMs(abortFlag ? kAbortPollMs : 1 << 30);
     if (waitMs == 0 && deadline.expired()) {
       return Status(weftTimeout, formatString("timed out waiting to %s", what));
     }
-    pollfd pfd{fd, events, 0};
-    int n = ::poll(&pfd, 1, waitMs);
+    int n = ::poll(fds.data(), fds.size(), waitMs);
     if (n > 0) return Status::ok();
     if (n < 0 && errno != EINTR) return Status(weftSystemError, "poll: " + errnoString(errno));
   }
+}
+
+Status waitFor(int fd, short events, const Deadline& deadline, const std::atomic<bool>* abortFlag,
+               const char* what) {
+  pollfd pfd{fd, events, 0};
+  return waitForAny({&pfd, 1}, deadline, abortFlag, what);
 }
 
 }  // namespace
@@ -200,12 +206,20 @@ Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound) {
 }
 
 Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
-                           const std::atomic<bool>* abortFlag) {
+                           const std::atomic<bool>* abortFlag, const SocketAddress* source) {
   int backoffMs = 1;
   for (;;) {
     if (aborted(abortFlag)) return abortedStatus();
     UniqueFd fd(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return Status(weftSystemError, "socket: " + errnoString(errno));
+    if (source != nullptr) {
+      SocketAddress from = *source;
+      from.setPort(0);
+      if (::bind(fd.get(), from.sockaddrPtr(), from.length) != 0) {
+        return Status(weftSystemError, "cannot bind to " + from.toString() + " to connect to " + address.toString() +
+                                           ": " + errnoString(errno));
+      }
+    }
     int rc = ::connect(fd.get(), address.sockaddrPtr(), address.length);
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
@@ -232,26 +246,35 @@ Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadlin
   }
 }
 
+Result<UniqueFd> acceptAny(std::span<const int> listenFds, const Deadline& deadline,
+                           const std::atomic<bool>* abortFlag, SocketAddress* peerAddress) {
+  std::vector<pollfd> fds;
+  for (int fd : listenFds) fds.push_back({fd, POLLIN, 0});
+  for (;;) {
+    for (const pollfd& listener : fds) {
+      sockaddr_storage storage{};
+      socklen_t len = sizeof(storage);
+      int fd = ::accept4(listener.fd, reinterpret_cast<sockaddr*>(&storage), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        UniqueFd owned(fd);
+        WEFT_TRY(configureStreamSocket(fd));
+        if (peerAddress != nullptr) {
+          auto addr = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+          if (addr.isOk()) *peerAddress = addr.value();
+        }
+        return owned;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+        return Status(weftSystemError, "accept: " + errnoString(errno));
+      }
+    }
+    WEFT_TRY(waitForAny(fds, deadline, abortFlag, "accept a connection"));
+  }
+}
+
 Result<UniqueFd> acceptOne(int listenFd, const Deadline& deadline, const std::atomic<bool>* abortFlag,
                            SocketAddress* peerAddress) {
-  for (;;) {
-    sockaddr_storage storage{};
-    socklen_t len = sizeof(storage);
-    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&storage), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      UniqueFd owned(fd);
-      WEFT_TRY(configureStreamSocket(fd));
-      if (peerAddress != nullptr) {
-        auto addr = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
-        if (addr.isOk()) *peerAddress = addr.value();
-      }
-      return owned;
-    }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-      return Status(weftSystemError, "accept: " + errnoString(errno));
-    }
-    WEFT_TRY(waitFor(listenFd, POLLIN, deadline, abortFlag, "accept a connection"));
-  }
+  return acceptAny({&listenFd, 1}, deadline, abortFlag, peerAddress);
 }
 
 Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,

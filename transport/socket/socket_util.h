@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "util/deadline.h"
@@ -63,14 +64,18 @@ class UniqueFd {
 // Binds and listens (non-blocking). Port 0 picks a free port; the bound address is returned.
 Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound);
 
-// Connects, retrying refused connections (the listener may not be up yet) until the deadline.
+// Connects, retrying refused connections (the listener may not be up yet) until the deadline;
+// from `source` (its port ignored) when given, so that the connection leaves by that interface.
 Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
-                           const std::atomic<bool>* abortFlag = nullptr);
+                           const std::atomic<bool>* abortFlag = nullptr, const SocketAddress* source = nullptr);
 
 // Accepts one connection; weftTimeout at the deadline. The new socket is non-blocking.
 Result<UniqueFd> acceptOne(int listenFd, const Deadline& deadline,
                            const std::atomic<bool>* abortFlag = nullptr,
                            SocketAddress* peerAddress = nullptr);
+// The same, from whichever of several listening sockets has a connection first.
+Result<UniqueFd> acceptAny(std::span<const int> listenFds, const Deadline& deadline,
+                           const std::atomic<bool>* abortFlag = nullptr, SocketAddress* peerAddress = nullptr);
 
 // Whole-buffer I/O on a non-blocking socket. A closed or reset connection is weftRemoteError.
 Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,
