@@ -217,7 +217,12 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   if (ipc.doneRecorded) {
     WEFT_TRY(checkRuntime(gpuStreamWaitEvent(stream, ipc.done, 0), "waiting for the previous CUDA IPC all-reduce"));
   }
-  const bool onDevice = ipc.signals != nullptr;
+  // Two barriers per piece. Where the device's waits do not compare cyclically (HIP), an
+  // operation whose barriers would carry the counters past 2^32 takes host phases instead, as
+  // do all later ones that would: every rank counts alike, so all switch at the same call.
+  const uint64_t barriersNeeded = 2 * ((call.count + pieceCount - 1) / pieceCount);
+  const bool countersLast = gpu::kStreamWaitIsCyclic || ipc.barriers.load() + barriersNeeded < UINT32_MAX;
+  const bool onDevice = ipc.signals != nullptr && countersLast;
   gpuEvent_t started = nullptr;
   if (onDevice) {
     WEFT_ASSIGN_OR_RETURN(started, op->pool->acquireEvent());

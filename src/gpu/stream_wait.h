@@ -15,9 +15,15 @@ namespace weft::gpu {
 bool streamMemoryOpsAvailable();
 
 // `flag` is a device address. CUDA compares cyclically ((int32_t)(*flag - value) >= 0), so
-// counters may wrap there. Returns a failure (not gpuSuccess) when the driver offers no stream memory
-// operations.
+// counters may wrap there; HIP's hipStreamWaitValueGte compares them as unsigned numbers, so
+// there they must not (kStreamWaitIsCyclic). Returns a failure (not gpuSuccess) when the driver
+// offers no stream memory operations.
 gpuError_t streamWaitAtLeast(gpuStream_t stream, const uint32_t* flag, uint32_t value);
+#if defined(WEFT_GPU_HIP)
+constexpr bool kStreamWaitIsCyclic = false;
+#else
+constexpr bool kStreamWaitIsCyclic = true;
+#endif
 
 // Writes `value` to the device address `flag` after the stream's earlier work, behind a memory
 // fence.
