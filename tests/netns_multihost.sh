@@ -12,7 +12,9 @@
 #                peer, each within 2 x WEFT_TIMEOUT_MS of the link going down; the times are printed
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
-#                the planned ring and double binary tree, verified
+#                the planned ring and double binary tree, verified; then again with the topology
+#                of tests/topo/server-2s.xml (two NICs a host: two channels, so the ring
+#                all-reduce runs two rings, and every pair between hosts two streams)
 #   rails        every host has two links (ens1f0 and ens2f0, on two bridges) and the topology of
 #                tests/topo/server-2s.xml (two NICs by those names): weft-stress verified, then
 #                an all-reduce (1 MiB to RAILS_MAX, default 4M) whose bytes must leave every host
@@ -158,21 +160,32 @@ case $mode in
     # collective with a ring or a tree runs forced to it, besides the tuner's own choices.
     world=$((2 * nhosts))
     per_host=2
-    for algo in ring tree auto; do
-      pids=()
-      for ((h = 0; h < nhosts; ++h)); do
-        for ((l = 0; l < per_host; ++l)); do
-          algo_env=()
-          [[ $algo != auto ]] && algo_env=(WEFT_ALGO=$algo)
-          start_rank $((h + nhosts * l)) "$h" $((h + nhosts * l)) "$l" env "${algo_env[@]}" WEFT_DEBUG=INFO \
-            "$bin/weft-stress" -i 200 -s 7 -m 256K
+    two_nics=$(cd "$(dirname "$0")" && pwd)/topo/server-2s.xml
+    for topo in live "$two_nics"; do
+      topo_env=()
+      max=256K
+      # Large enough that the ring all-reduce splits over the two channels' rings.
+      [[ $topo != live ]] && topo_env=(WEFT_TOPO_FILE="$topo") && max=2M
+      for algo in ring tree auto; do
+        pids=()
+        for ((h = 0; h < nhosts; ++h)); do
+          for ((l = 0; l < per_host; ++l)); do
+            algo_env=()
+            [[ $algo != auto ]] && algo_env=(WEFT_ALGO=$algo)
+            start_rank $((h + nhosts * l)) "$h" $((h + nhosts * l)) "$l" env "${algo_env[@]}" "${topo_env[@]}" \
+              WEFT_DEBUG=INFO "$bin/weft-stress" -i 200 -s 7 -m "$max"
+          done
         done
+        wait_all ok
+        echo "topology $(basename "$topo"), WEFT_ALGO=$algo: $(grep "weft-stress:" "$work/rank0.log")"
+        grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
       done
-      wait_all ok
-      echo "WEFT_ALGO=$algo: $(grep "weft-stress:" "$work/rank0.log")"
-      grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+      grep -m1 -A5 "plan:" "$work/rank0.log"
     done
-    grep -m1 -A4 "plan:" "$work/rank0.log"
+    grep -q "plan: 6 rank(s) on 3 host(s), 2 channel(s)" "$work/rank0.log" ||
+      { echo "server-2s.xml did not give two channels"; show_logs; exit 1; }
+    grep -q "all-reduce of [0-9]* bytes on 6 ranks: ring over 2 channels" "$work/rank0.log" ||
+      { echo "no all-reduce ran over both channels' rings"; show_logs; exit 1; }
     ;;
   rails)
     export WEFT_TOPO_FILE

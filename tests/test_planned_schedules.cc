@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,11 +18,14 @@ using namespace weft;
 
 namespace {
 
-std::vector<plan::RankPlacement> interleaved(int hosts, int perHost, int cpus) {
+// With `nics` NICs per host (two or more make that many channels), local rank l nearest NIC l.
+std::vector<plan::RankPlacement> interleaved(int hosts, int perHost, int cpus, int nics = 0) {
   std::vector<plan::RankPlacement> ranks(static_cast<size_t>(hosts * perHost));
   for (size_t r = 0; r < ranks.size(); ++r) {
     ranks[r].host = static_cast<int>(r) % hosts;
     ranks[r].cpus = cpus;
+    ranks[r].nicCount = nics;
+    ranks[r].preferredNic = nics > 0 ? static_cast<int>(r) / hosts % nics : -1;
   }
   return ranks;
 }
@@ -49,21 +53,23 @@ TEST_CASE("planned schedules: every send meets its receive on every layout, coll
   using coll::Algorithm;
   using coll::Collective;
   const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2};  // many chunks per block
-  for (auto [hosts, perHost] : {std::pair{3, 2}, {2, 3}, {5, 2}, {4, 1}, {1, 5}, {3, 3}}) {
-    const auto placements = interleaved(hosts, perHost, 8);
+  for (auto [hosts, perHost, nics] : {std::tuple{3, 2, 0}, {2, 3, 0}, {5, 2, 0}, {4, 1, 0}, {1, 5, 0}, {3, 3, 0},
+                                      {3, 2, 2}, {2, 3, 2}, {2, 4, 4}}) {
+    const auto placements = interleaved(hosts, perHost, 8, nics);
     const plan::Plan plan = plan::makePlan(placements);
     const coll::RankOrder order = plan::rankOrderOf(plan);
+    REQUIRE(order.channelRings.size() == (nics > 1 ? static_cast<size_t>(nics) : 0));
     const int n = hosts * perHost;
     for (int c = 0; c <= static_cast<int>(Collective::Scatter); ++c) {
       const auto collective = static_cast<Collective>(c);
       for (Algorithm algorithm : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot,
                                   Algorithm::Direct}) {
         if (!coll::hasAlgorithm(collective, algorithm)) continue;
-        for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{300000}}) {
           for (int root : {0, n - 1}) {
             for (bool recvReduce : {false, true}) {
-              CAPTURE(hosts, perHost, coll::collectiveName(collective), coll::algorithmName(algorithm), count, root,
-                      recvReduce);
+              CAPTURE(hosts, perHost, nics, coll::collectiveName(collective), coll::algorithmName(algorithm), count,
+                      root, recvReduce);
               Traffic traffic;
               for (int rank = 0; rank < n; ++rank) {
                 coll::CollectiveShape shape{.collective = collective, .nranks = n, .rank = rank, .count = count,
@@ -77,6 +83,44 @@ TEST_CASE("planned schedules: every send meets its receive on every layout, coll
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("planned schedules: with two channels the ring all-reduce runs both rings, each over its share",
+          "[planner][schedules]") {
+  const auto placements = interleaved(2, 2, 8, 2);
+  const plan::Plan plan = plan::makePlan(placements);
+  const coll::RankOrder order = plan::rankOrderOf(plan);
+  REQUIRE(order.channelRings.size() == 2);
+  REQUIRE(order.channelRings[0] != order.channelRings[1]);  // each host left by its other rank
+  const int n = 4;
+  const size_t count = 2 * 4 * 32 * 1024 / 4;  // each channel's blocks 32 KiB, the least that splits
+  const coll::PipelineParams pipeline{.chunkBytes = 8 * 1024, .slots = 2};
+  for (int rank = 0; rank < n; ++rank) {
+    coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = count, .elementSize = 4, .order = &order};
+    const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
+    // Channel c's neighbours send and receive the c-th half of the buffer, and only that.
+    for (size_t c = 0; c < 2; ++c) {
+      coll::RankOrder ring;
+      ring.ring = order.channelRings[c];
+      const int position = ring.ringPosition(rank, n);
+      const int next = ring.ringRank(position + 1, n), prev = ring.ringRank(position - 1, n);
+      const size_t begin = c * count / 2 * 4, end = (c + 1) * count / 2 * 4;
+      size_t sent = 0, received = 0;
+      for (const coll::Step& step : s.steps) {
+        const bool send = step.kind == coll::StepKind::Send;
+        const coll::Region at = send ? step.src : step.dst;
+        if (!send && step.kind != coll::StepKind::Recv) continue;
+        if (at.buffer == coll::Buffer::Scratch || at.offset < begin || at.offset >= end) continue;
+        CAPTURE(rank, c, at.offset);
+        REQUIRE(step.peer == (send ? next : prev));
+        REQUIRE(at.offset + step.bytes <= end);
+        (send ? sent : received) += step.bytes;
+      }
+      // 2(n-1)/n of the share each way, the reduce-scatter's receives landing in scratch slots.
+      CHECK(sent == (end - begin) * 2 * (n - 1) / n);
+      CHECK(received == (end - begin) * (n - 1) / n);
     }
   }
 }

@@ -1,5 +1,5 @@
 // The orders a communicator's algorithms follow, from the planner (plan/planner.h) and fixed for
-// the communicator's life: the ring of its first channel, and the two trees of its double binary
+// the communicator's life: the ring of its first channel (and of the others), and the two trees of its double binary
 // tree (hosts in NCCL's double binary tree, each host's ranks chained below its first one).
 // Empty (or sized for another rank count) means rank order and one binary tree in rank order,
 // as for a communicator built without a plan.
@@ -21,6 +21,10 @@ struct TreePosition {
 struct RankOrder {
   std::vector<int> ring;                      // every rank once, in ring order
   std::array<std::vector<int>, 2> treeParent;  // by rank, -1 at the root; each tree spans every rank
+  // Every channel's ring, the first being `ring`, where the plan has two or more channels
+  // (several NICs per host): the ring all-reduce then runs one ring per channel, each over its
+  // share of the buffer. Empty: one channel.
+  std::vector<std::vector<int>> channelRings;
 
   // Position of `rank` in the ring, and the rank at a position (modulo nranks).
   int ringPosition(int rank, int nranks) const {

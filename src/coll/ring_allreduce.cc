@@ -1,10 +1,16 @@
+#include <algorithm>
+
 #include "coll/block_layout.h"
+#include "coll/schedule_merge.h"
 #include "coll/schedules.h"
 #include "coll/schedule_builder.h"
 
 namespace weft::coll {
 
-Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
+namespace {
+
+// One ring (shape.order's `ring`) over the whole of shape's buffer.
+Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeline) {
   const int n = shape.nranks;
   // Blocks follow ring positions: position p reduces block p+1 and sends to position p+1.
   const int r = shape.ringPosition(shape.rank);
@@ -65,6 +71,40 @@ Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& 
     }
   }
   return b.finish("ring", slots.end());
+}
+
+}  // namespace
+
+// With several channels, channel c's ring reduces the c-th share of the buffer (shares in whole
+// 64-byte lines), so the rings' different neighbours within a host work at once, and their
+// hops between hosts leave by different ranks. Only while every channel's blocks stay this
+// large (per message, a channel's extra start costs about what 32 KiB take to move over a
+// socket); smaller buffers take the first ring alone.
+constexpr size_t kMinChannelBlockBytes = 32 * 1024;
+
+Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
+  const auto& rings = shape.rankOrder().channelRings;
+  const size_t channels = rings.size();
+  const size_t n = static_cast<size_t>(shape.nranks);
+  if (channels < 2 || n < 2 || shape.bytes() < channels * n * kMinChannelBlockBytes) return buildOneRing(shape, pipeline);
+  const size_t line = std::max<size_t>(1, 64 / shape.elementSize);
+  std::vector<RankOrder> orders(channels, shape.rankOrder());
+  std::vector<Schedule> parts;
+  std::vector<size_t> offsets;
+  for (size_t c = 0; c < channels; ++c) {
+    const size_t begin = shape.count * c / channels / line * line;
+    const size_t end = c + 1 == channels ? shape.count : shape.count * (c + 1) / channels / line * line;
+    orders[c].ring = rings[c];
+    orders[c].channelRings.clear();
+    CollectiveShape part = shape;
+    part.order = &orders[c];
+    part.count = end - begin;
+    parts.push_back(buildOneRing(part, pipeline));
+    offsets.push_back(begin * shape.elementSize);
+  }
+  Schedule out = concatenateParts(parts, offsets);
+  out.channels = static_cast<int>(channels);
+  return out;
 }
 
 }  // namespace weft::coll

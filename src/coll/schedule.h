@@ -64,6 +64,7 @@ struct Schedule {
   std::vector<std::vector<uint32_t>> sendOrder;  // parallel to peers
   std::vector<std::vector<uint32_t>> recvOrder;  // parallel to peers
   const char* algorithm = "";
+  int channels = 1;  // rings run side by side, each over its share (the ring all-reduce's channels)
 };
 
 }  // namespace weft::coll

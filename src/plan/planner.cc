@@ -184,6 +184,9 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
 coll::RankOrder rankOrderOf(const Plan& plan) {
   coll::RankOrder order;
   if (!plan.channels.empty()) order.ring = plan.channels.front().ring;
+  if (plan.channels.size() > 1) {
+    for (const Channel& channel : plan.channels) order.channelRings.push_back(channel.ring);
+  }
   for (size_t t = 0; t < plan.trees.size(); ++t) order.treeParent[t] = plan.trees[t].parent;
   return order;
 }

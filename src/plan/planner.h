@@ -52,7 +52,8 @@ struct Plan {
 
 Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy = TransportPolicy::Auto);
 
-// What the collective algorithms follow: the first channel's ring and the two trees.
+// What the collective algorithms follow: the first channel's ring (every channel's, for the
+// ring all-reduce) and the two trees.
 coll::RankOrder rankOrderOf(const Plan& plan);
 
 // The NICs that ranks a and b use in each channel, as (a's, b's), for a pair on different hosts
