@@ -27,7 +27,7 @@ set -euo pipefail
 bin=$1
 mode=$2
 nhosts=3
-timeout_ms=3000
+timeout_ms=${NETNS_TIMEOUT_MS:-3000}  # NETNS_TIMEOUT_MS: longer for sanitizer builds
 tag=w$$  # short: interface names are at most 15 characters
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-netns.XXXXXX")
 
