@@ -1,5 +1,5 @@
 // The orders a communicator's algorithms follow, from the planner (plan/planner.h) and fixed for
-// the communicator's life: the ring of its first channel (and of the others), and the two trees of its double binary
+// the communicator's life: the ring of each channel, and the two trees of its double binary
 // tree (hosts in NCCL's double binary tree, each host's ranks chained below its first one).
 // Empty (or sized for another rank count) means rank order and one binary tree in rank order,
 // as for a communicator built without a plan.

@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "plan/planner.h"
 #include "topo/topology.h"
 #include "transport/socket/socket_util.h"
 
