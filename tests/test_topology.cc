@@ -243,7 +243,8 @@ TEST_CASE("rails: a pair on two hosts has a socket stream per channel, each betw
   for (int c = 0; c < 4; ++c) CHECK(nics[static_cast<size_t>(c)] == std::pair<int, int>(c, c));
   CHECK(plan::channelNics(plan, ranks, 13, 2).size() == 4);
   CHECK(plan::channelNics(plan, ranks, 2, 5).empty());  // one host: shared memory, no rails
-  CHECK(plan::channelNics(plan::makePlan(layout(load("laptop.xml"), 2, 1)), layout(load("laptop.xml"), 2, 1), 0, 1).empty());
+  const auto oneNic = layout(load("laptop.xml"), 2, 1);
+  CHECK(plan::channelNics(plan::makePlan(oneNic), oneNic, 0, 1).empty());  // one channel: no rails
 
   // Every count of streams rounds up to whole channels, so both ranks of a pair agree.
   CHECK(core::streamCount(nics, 1) == 4);

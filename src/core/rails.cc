@@ -1,7 +1,5 @@
 #include "core/rails.h"
 
-#include <cstring>
-
 #include "transport/socket/interface_select.h"
 #include "util/env.h"
 #include "util/log.h"
@@ -12,12 +10,11 @@ using transport::SocketAddress;
 
 namespace {
 
-bool sameIp(const SocketAddress& a, const SocketAddress& b) {
-  if (a.family() != b.family()) return false;
-  SocketAddress x = a, y = b;
-  x.setPort(0);
-  y.setPort(0);
-  return x.length == y.length && std::memcmp(&x.storage, &y.storage, x.length) == 0;
+// By the printed address, so that padding and IPv6 flow labels do not count.
+bool sameIp(SocketAddress a, SocketAddress b) {
+  a.setPort(0);
+  b.setPort(0);
+  return a.toString() == b.toString();
 }
 
 }  // namespace
