@@ -1,10 +1,11 @@
 // Shared memory under faults: a rank killed with SIGKILL in the middle of a large all-reduce,
-// or while its peers wait for it in the small all-reduces' arena, gives every survivor an error
+// or while its peers wait for it in the arena (small all-reduces, all-gathers), gives every survivor an error
 // within the timeout, and leaves no segment of the job in /dev/shm. Ranks are real processes on the shared-memory transport.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -126,6 +127,29 @@ TEST_CASE("shm: kill -9 of a rank during small all-reduces on the arena: survivo
       });
 }
 
+TEST_CASE("shm: kill -9 of a rank during large all-gathers on the arena: survivors see it gone", "[shm][faults]") {
+  constexpr int kTimeoutMs = 30000;
+  expectSurvivorsFail(
+      kTimeoutMs, kTimeoutMs / 1000.0 / 2, [](weftResult_t rc) { return rc == weftRemoteError; },
+      [](RankContext& ctx, weftComm_t comm) {
+        const size_t block = size_t{4} << 20;  // floats: 16 MiB per rank, 32 pieces of the arena's slot
+        std::vector<float> send(block, 1.0f), recv(block * static_cast<size_t>(ctx.nranks));
+        RANK_WEFT(ctx, weftAllGather(send.data(), recv.data(), block, weftFloat32, comm, nullptr));
+        if (ctx.rank == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            raise(SIGKILL);
+          }).detach();
+        }
+        auto killedAround = Clock::now() + std::chrono::milliseconds(5);
+        weftResult_t rc = weftSuccess;
+        for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
+          rc = weftAllGather(send.data(), recv.data(), block, weftFloat32, comm, nullptr);
+        }
+        return KilledCall{rc, killedAround};
+      });
+}
+
 TEST_CASE("shm: a rank with shared memory disabled keeps every rank off the arena, together", "[shm][faults]") {
   // Whether small all-reduces take the arena, and which algorithm each call takes, must be
   // decided alike on every rank: one rank's WEFT_SHM_DISABLE=1 reaches the others through the
@@ -167,6 +191,43 @@ TEST_CASE("shm: small all-reduces on every rank of a host go through the arena",
     return 0;
   });
   for (const auto& o : outcomes) CHECK(o.output.find("go through a shared-memory arena") != std::string::npos);
+}
+
+TEST_CASE("shm: all-gathers of every size on one host go through the arena, in pieces", "[shm][faults]") {
+  // Blocks of 1 element to several slots (512 KiB) with a ragged last piece, in and out of place,
+  // interleaved with small all-reduces on the same arena.
+  auto outcomes = runRanksLoggingInfo(4, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    const size_t n = static_cast<size_t>(ctx.nranks);
+    for (size_t count : {size_t{1}, size_t{1000}, (size_t{3} << 17) + 5}) {
+      for (bool inPlace : {false, true}) {
+        std::vector<int32_t> recv(count * n + 1, -1);
+        std::vector<int32_t> own(count);
+        for (size_t i = 0; i < count; ++i) own[i] = static_cast<int32_t>(ctx.rank * 1000003 + i);
+        int32_t* send = own.data();
+        if (inPlace) {
+          std::copy(own.begin(), own.end(), recv.begin() + static_cast<ptrdiff_t>(count * static_cast<size_t>(ctx.rank)));
+          send = recv.data() + count * static_cast<size_t>(ctx.rank);
+        }
+        RANK_WEFT(ctx, weftAllGather(send, recv.data(), count, weftInt32, comm, nullptr));
+        size_t wrong = 0;
+        for (size_t r = 0; r < n; ++r) {
+          for (size_t i = 0; i < count; ++i) wrong += recv[r * count + i] != static_cast<int32_t>(r * 1000003 + i);
+        }
+        RANK_CHECK(ctx, wrong == 0 && recv[count * n] == -1, "count %zu in place %d: %zu wrong", count, inPlace, wrong);
+        int32_t x = ctx.rank;
+        RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftInt32, weftSum, comm, nullptr));
+        RANK_CHECK(ctx, x == 6, "all-reduce between all-gathers: %d", x);
+      }
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  const std::string large = "all-gather of " + std::to_string(((size_t{3} << 17) + 5) * 4) +
+                            " bytes on 4 ranks: one-shot through the shared-memory arena";
+  for (const auto& o : outcomes) CHECK(o.output.find(large) != std::string::npos);
 }
 
 TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "coll/arena_allgather.h"
+
 namespace weft::coll {
 
 // Shared memory: ~1.2 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
@@ -141,6 +143,15 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
     case Collective::AllGather:
     case Collective::ReduceScatter: {
       const double perByte = collective == Collective::ReduceScatter ? reduce : move;
+      if (algorithm == Algorithm::OneShot && collective == Collective::AllGather && layout.arenaBytes > 0) {
+        // Through the arena: per piece a wait for the peers (context switches where ranks share
+        // CPUs, as for the arena's all-reduce), and each rank copies its block once in and every
+        // peer's once out, n copies where a ring hop's beta covers two (the sender's and the
+        // receiver's, on two cores).
+        const LinkCost a = arenaCost();
+        const double pieces = std::ceil(b / static_cast<double>(kArenaSlotBytes));
+        return pieces * (a.alphaUs + 5.5 * (k - 1)) + 0.5 * n * b * move;
+      }
       if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * (perPeer + b * perByte);
       return (n - 1) * pipelined(l, b, chunk, 1, perByte);  // b is one rank's block
     }

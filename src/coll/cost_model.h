@@ -45,7 +45,8 @@ struct CommLayout {
   // 0: unknown, every byte priced at the memory's rate.
   size_t cacheBytesPerRank = 0;
   // The largest all-reduce the one-shot algorithm runs through the shared-memory arena (all
-  // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: none.
+  // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: no arena. With
+  // one, the one-shot all-gather runs through it at any size (coll/arena_allgather.h).
   size_t arenaBytes = 0;
 };
 

@@ -138,7 +138,10 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
   auto allowed = [&](Algorithm a) {
     if (!hasAlgorithm(collective, a)) return false;
     switch (a) {
-      case Algorithm::OneShot: return fanOutBytes <= config.oneShotMaxBytes;
+      // The cap bounds the scratch and the messages of the executor's one-shot; an all-gather
+      // through the arena has neither, and copies less than the ring at any size.
+      case Algorithm::OneShot:
+        return fanOutBytes <= config.oneShotMaxBytes || (collective == Collective::AllGather && layout.arenaBytes > 0);
       case Algorithm::RecursiveDoubling: return bytes <= config.recursiveDoublingMaxBytes;
       case Algorithm::Tree: return bytes <= config.treeMaxBytes && nranks > 2;  // on 2 ranks, the chain
       default: return true;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/bootstrap.h"
+#include "coll/arena_allgather.h"
 #include "coll/arena_allreduce.h"
 #include "coll/schedule_merge.h"
 #include "plan/planner.h"
@@ -248,9 +249,13 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   lastAlgorithm_.reset();
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
-  if (collective == coll::Collective::AllReduce && algorithm == coll::Algorithm::OneShot && bytes <= layout_.arenaBytes) {
+  const bool onArena = algorithm == coll::Algorithm::OneShot && layout_.arenaBytes > 0 &&
+                       (collective == coll::Collective::AllGather ||
+                        (collective == coll::Collective::AllReduce && bytes <= layout_.arenaBytes));
+  if (onArena) {
     // No schedule is built for these (schedule_cache.cc logs the others' choices).
-    WEFT_INFO("all-reduce of %zu bytes on %d ranks: one-shot through the shared-memory arena", bytes, size());
+    WEFT_INFO("%s of %zu bytes on %d ranks: one-shot through the shared-memory arena", coll::collectiveName(collective),
+              bytes, size());
   }
   return algorithm;
 }
@@ -326,9 +331,14 @@ void Communicator::forgetChoices() {
 
 bool Communicator::suitsArena(const CollectiveCall& call) {
   // Decided alike on every rank: from the call and from what every rank knows.
-  if (call.collective != coll::Collective::AllReduce) return false;
   const size_t bytes = callBytes(call);
-  return bytes > 0 && bytes <= layout_.arenaBytes && algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
+  if (bytes == 0 || layout_.arenaBytes == 0) return false;
+  switch (call.collective) {
+    case coll::Collective::AllReduce:
+      return bytes <= layout_.arenaBytes && algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
+    case coll::Collective::AllGather: return algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
+    default: return false;
+  }
 }
 
 Status Communicator::setUpArena(const Deadline& deadline) {
@@ -347,7 +357,7 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     why = "not every connection of " + mesh_.describe(rank()) + " is shared memory";
   } else {
     auto made = transport::ShmArena::create(formatString("%08x-arena-%d", mesh_.secretDigest(), rank()), rank(),
-                                            size(), coll::kArenaMaxBytes);
+                                            size(), coll::kArenaSlotBytes);
     if (!made.isOk()) {
       why = made.status().message();
     } else if (made.value().ownName().size() >= sizeof(mine.name)) {
@@ -380,9 +390,10 @@ Status Communicator::setUpArena(const Deadline& deadline) {
   if (created) created->unlinkOwn();
   if (attached) {
     arena_ = std::move(created);
-    WEFT_INFO("small all-reduces (up to %zu bytes) go through a shared-memory arena", coll::kArenaMaxBytes);
+    WEFT_INFO("small all-reduces (up to %zu bytes) and one-shot all-gathers go through a shared-memory arena",
+              coll::kArenaMaxBytes);
   } else {
-    WEFT_INFO("small all-reduces stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
+    WEFT_INFO("small all-reduces and all-gathers stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
     layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
     forgetChoices();
   }
@@ -390,10 +401,14 @@ Status Communicator::setUpArena(const Deadline& deadline) {
 }
 
 Status Communicator::runOnArena(const CollectiveCall& call) {
+  const char* name = coll::collectiveName(call.collective);
+  coll::ExecutionContext context{size(), name, Deadline::never(), config_.timeoutMs, abortFlag_, &mesh_, spin_.arena};
+  if (call.collective == coll::Collective::AllGather) {
+    const coll::ArenaAllGather a{call.send, call.recv, callBytes(call), messageTag(call)};
+    return coll::arenaAllGather(*arena_, &arenaSeq_, a, context);
+  }
   coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
   if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
-  coll::ExecutionContext context{size(), "all-reduce", Deadline::never(), config_.timeoutMs, abortFlag_,
-                                 &mesh_, spin_.arena};
   return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
 }
 

@@ -28,7 +28,7 @@ struct CommConfig {
 // Reads WEFT_TIMEOUT_MS, WEFT_SOCKET_NSTREAMS and the shared-memory settings into the defaults.
 Result<CommConfig> defaultCommConfig();
 
-// How long a wait spins before it sleeps: the executor's, and the small-all-reduce arena's.
+// How long a wait spins before it sleeps: the executor's, and the arena's.
 struct SpinTimes {
   std::chrono::microseconds executor;
   std::chrono::microseconds arena;
@@ -69,7 +69,8 @@ class Communicator {
   Status measureLinks();
   // The calls as schedules, run together by the executor.
   Status runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline);
-  // Small all-reduces on one host skip the executor: the one-shot algorithm over the arena.
+  // On one host, small all-reduces and all-gathers skip the executor when the tuner picks the
+  // one-shot algorithm for them: it runs over the arena.
   bool suitsArena(const CollectiveCall& call);
   // Collective, on the first call that suits the arena; if any rank cannot take part, arena_
   // stays empty and the tuner stops choosing it (so this does not run again).

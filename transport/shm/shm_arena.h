@@ -27,8 +27,9 @@ namespace weft::transport {
 
 class ShmArena {
  public:
-  // The header of one slot; the data follows in the same cache line, so a message of up to
-  // 48 bytes reaches a peer in a single line transfer.
+  // The header of one slot. Data of up to 48 bytes follows it in the same cache line, so it
+  // reaches a peer in a single line transfer; larger data starts half a page into the slot
+  // (dataOffset).
   struct alignas(16) SlotHeader {
     std::atomic<uint32_t> seq;  // the last call published here (0: none yet)
     uint32_t bytes;             // its input's size
@@ -52,8 +53,17 @@ class ShmArena {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(segments_.size()); }
 
-  // Where this rank's input to call `seq` goes (capacity() bytes), then publish() it.
-  void* ownData(uint32_t seq) { return data(rank_, seq); }
+  // Where the data of a call of `bytes` bytes starts in a slot: in the header's cache line
+  // while it fits there, else half a page on. User buffers are mostly page-aligned, and a copy
+  // whose destination lies a few bytes past its source's offset within a page runs at half
+  // speed or less (its loads wait on stores to the same 4 KiB-aliased addresses).
+  static size_t dataOffset(size_t bytes) {
+    return bytes <= kLineBytes - sizeof(SlotHeader) ? sizeof(SlotHeader) : kPageBytes / 2;
+  }
+
+  // Where this rank's input of `bytes` bytes (at most capacity()) to call `seq` goes; then
+  // publish() it.
+  void* ownData(uint32_t seq, size_t bytes) { return data(rank_, seq, bytes); }
   void publish(uint32_t seq, uint32_t bytes, uint64_t tag);
 
   // Whether `peer` has published call `seq`; its input is then at data(peer, seq).
@@ -61,24 +71,29 @@ class ShmArena {
     return header(peer, seq)->seq.load(std::memory_order_acquire) == seq;
   }
   const SlotHeader& slot(int peer, uint32_t seq) const { return *header(peer, seq); }
-  const void* peerData(int peer, uint32_t seq) const { return data(peer, seq); }
+  const void* peerData(int peer, uint32_t seq, size_t bytes) const { return data(peer, seq, bytes); }
 
   // Sleeps until `peer` publishes `seq`, at most `slice` (returns early, spuriously too).
   void sleepUntilPublished(int peer, uint32_t seq, std::chrono::milliseconds slice);
 
  private:
-  // A segment: per parity, a slot (header + capacity bytes), then a line of waiter counts.
-  size_t slotStride() const { return (sizeof(SlotHeader) + capacity_ + 63) / 64 * 64; }
+  static constexpr size_t kLineBytes = 64;
+  static constexpr size_t kPageBytes = 4096;
+  // A segment: per parity, a slot (header, data at dataOffset), whole pages so that both slots'
+  // data have the same offset within a page; then a line of waiter counts.
+  size_t slotStride() const { return (kPageBytes / 2 + capacity_ + kPageBytes - 1) / kPageBytes * kPageBytes; }
   SlotHeader* header(int peer, uint32_t seq) const {
     auto* base = static_cast<char*>(segments_[static_cast<size_t>(peer)].data());
     return reinterpret_cast<SlotHeader*>(base + (seq & 1) * slotStride());
   }
-  void* data(int peer, uint32_t seq) const { return reinterpret_cast<char*>(header(peer, seq)) + sizeof(SlotHeader); }
+  void* data(int peer, uint32_t seq, size_t bytes) const {
+    return reinterpret_cast<char*>(header(peer, seq)) + dataOffset(bytes);
+  }
   std::atomic<uint32_t>* waiters(int peer) const {
     auto* base = static_cast<char*>(segments_[static_cast<size_t>(peer)].data());
     return reinterpret_cast<std::atomic<uint32_t>*>(base + 2 * slotStride());
   }
-  size_t segmentBytes() const { return 2 * slotStride() + 64; }
+  size_t segmentBytes() const { return 2 * slotStride() + kLineBytes; }
 
   int rank_ = 0;
   size_t capacity_ = 0;

@@ -1,0 +1,72 @@
+#include "coll/arena_wait.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace weft::coll {
+namespace {
+
+void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+constexpr int kBusyLooks = 32;  // a microsecond or two of spinning before yielding
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);  // so abort, the deadline and a dead peer are seen
+
+Status aborted(const ExecutionContext& context) {
+  return Status(weftRemoteError, std::string(context.collective) + ": the communicator was aborted");
+}
+
+}  // namespace
+
+Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context,
+                      std::optional<Deadline>* deadline) {
+  for (int i = 0; i < kBusyLooks; ++i) {
+    if (arena.published(peer, seq)) return Status::ok();
+    cpuRelax();
+  }
+  const auto spinUntil = std::chrono::steady_clock::now() + context.spinTime;
+  for (unsigned i = 1;; ++i) {
+    if (arena.published(peer, seq)) return Status::ok();
+    ::sched_yield();
+    if (i % 16 == 0) {
+      if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
+      if (std::chrono::steady_clock::now() >= spinUntil) break;
+    }
+  }
+  // The deadline starts here rather than at the call: reading the clock for it on every call
+  // would cost a small all-reduce 5%, and the spin before this is bounded.
+  if (!*deadline) *deadline = Deadline::afterMs(context.timeoutMs).earlier(context.deadline);
+  for (;;) {
+    if (arena.published(peer, seq)) return Status::ok();
+    if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
+    if ((*deadline)->expired()) {
+      return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for data from %s",
+                                              context.collective, context.timeoutMs,
+                                              context.connections->describe(peer).c_str()));
+    }
+    WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, **deadline));
+    WEFT_TRY(connection->checkPeerAlive().withContext(context.collective));
+    const auto slice =
+        std::min<std::chrono::milliseconds>(kSleepSlice, std::chrono::milliseconds((*deadline)->remainingMs()));
+    arena.sleepUntilPublished(peer, seq, slice);
+  }
+}
+
+Status checkSameCall(const transport::ShmArena& arena, int peer, uint32_t seq, size_t bytes, uint64_t tag,
+                     const ExecutionContext& context) {
+  const auto& slot = arena.slot(peer, seq);
+  if (slot.bytes == bytes && slot.tag == tag) return Status::ok();
+  return Status(weftInvalidUsage,
+                formatString("%s: %s is in a different call (%u bytes, signature %016llx; here %zu bytes, "
+                             "%016llx): every rank must make the same collective calls in the same order",
+                             context.collective, context.connections->describe(peer).c_str(), slot.bytes,
+                             static_cast<unsigned long long>(slot.tag), bytes, static_cast<unsigned long long>(tag)));
+}
+
+}  // namespace weft::coll

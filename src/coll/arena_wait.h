@@ -1,0 +1,26 @@
+// Waiting for a peer's slot on the shared-memory arena (transport/shm/shm_arena.h), and checking
+// that what it published belongs to the same call: shared by the collectives that run on it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "coll/executor.h"
+#include "transport/shm/shm_arena.h"
+
+namespace weft::coll {
+
+// Waits until `peer` has published call `seq`: spins a little, then yields the core between
+// looks (ranks that share cores need it to publish) until context.spinTime has passed, then
+// sleeps on the slot's futex in slices, checking abort, the deadline and the peer's connection
+// between them. *deadline is set by the first wait that gets that far (timeoutMs from then, or
+// context.deadline if sooner) and kept for the rest of the call.
+Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context,
+                      std::optional<Deadline>* deadline);
+
+// The peer's slot of call `seq` holds `bytes` bytes of a call tagged `tag`; else an error that
+// names the peer: it is in a different call.
+Status checkSameCall(const transport::ShmArena& arena, int peer, uint32_t seq, size_t bytes, uint64_t tag,
+                     const ExecutionContext& context);
+
+}  // namespace weft::coll
