@@ -230,6 +230,40 @@ TEST_CASE("shm: all-gathers of every size on one host go through the arena, in p
   for (const auto& o : outcomes) CHECK(o.output.find(large) != std::string::npos);
 }
 
+TEST_CASE("shm: broadcasts of every size and root on one host go through the arena", "[shm][faults]") {
+  // Pieces from 1 element to several slots, in and out of place, each broadcast followed by a
+  // one-element all-gather on the same arena (the non-roots' slots hold no broadcast data, but
+  // the next call writes them).
+  auto outcomes = runRanksLoggingInfo(4, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    for (size_t count : {size_t{1}, size_t{1000}, (size_t{3} << 17) + 5}) {
+      for (int root : {0, 3}) {
+        for (bool inPlace : {false, true}) {
+          std::vector<int32_t> data(count), recv(count + 1, -1);
+          for (size_t i = 0; i < count; ++i) data[i] = static_cast<int32_t>(root * 7919 + i);
+          int32_t* out = inPlace && ctx.rank == root ? data.data() : recv.data();
+          RANK_WEFT(ctx, weftBroadcast(data.data(), out, count, weftInt32, root, comm, nullptr));
+          size_t wrong = 0;
+          for (size_t i = 0; i < count; ++i) wrong += out[i] != static_cast<int32_t>(root * 7919 + i);
+          RANK_CHECK(ctx, wrong == 0 && recv[count] == -1, "count %zu root %d in place %d: %zu wrong", count, root,
+                     inPlace, wrong);
+          std::vector<int32_t> ranks(static_cast<size_t>(ctx.nranks), -1);
+          int32_t mine = ctx.rank;
+          RANK_WEFT(ctx, weftAllGather(&mine, ranks.data(), 1, weftInt32, comm, nullptr));
+          for (int r = 0; r < ctx.nranks; ++r) RANK_CHECK(ctx, ranks[static_cast<size_t>(r)] == r, "all-gather after");
+        }
+      }
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  const std::string large = "broadcast of " + std::to_string(((size_t{3} << 17) + 5) * 4) +
+                            " bytes on 4 ranks: one-shot through the shared-memory arena";
+  for (const auto& o : outcomes) CHECK(o.output.find(large) != std::string::npos);
+}
+
 TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
   setenv("WEFT_TRANSPORT", "shm", 1);
   auto outcomes = runRanks(4, [](RankContext& ctx) {

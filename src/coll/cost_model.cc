@@ -137,6 +137,15 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
     case Collective::Broadcast:
     case Collective::Reduce: {
       const double perByte = collective == Collective::Reduce ? reduce : move;
+      if (algorithm == Algorithm::OneShot && layout.arenaBytes > 0) {
+        // Through the arena: per piece a wait (as for the all-gather); the root copies each
+        // piece in while the peers copy the one before out, one copy per byte each where a
+        // chain's hop copies twice.
+        const double slot = static_cast<double>(kArenaSlotBytes);
+        const double pieces = std::ceil(b / slot);
+        return pieces * (arenaCost().alphaUs + 5.5 * (k - 1)) + 0.5 * (b + std::min(b, slot)) * move;
+      }
+      if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * (perPeer + b * move);
       if (algorithm == Algorithm::Tree) return pipelined(l, b, chunk, depth, fanOut * perByte);
       return pipelined(l, b, chunk, n - 1, perByte);  // the chain
     }

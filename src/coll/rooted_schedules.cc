@@ -80,6 +80,20 @@ Schedule buildRingBroadcast(const CollectiveShape& shape, const PipelineParams& 
   return b.finish("ring", 0);
 }
 
+Schedule buildOneShotBroadcast(const CollectiveShape& shape) {
+  const int n = shape.nranks, r = shape.rank;
+  if (n == 1 || shape.bytes() == 0) return r == shape.root ? copyOnly(shape, "one-shot") : ScheduleBuilder(false).finish("one-shot", 0);
+  ScheduleBuilder b(shape.inPlace);
+  if (r != shape.root) {
+    b.recv(shape.root, {Buffer::Recv, 0}, shape.bytes());
+    return b.finish("one-shot", 0);
+  }
+  const Region data{shape.inPlace ? Buffer::Recv : Buffer::Send, 0};
+  for (int k = 1; k < n; ++k) b.send((r + k) % n, data, shape.bytes());
+  if (!shape.inPlace) b.copy({Buffer::Recv, 0}, {Buffer::Send, 0}, shape.bytes());
+  return b.finish("one-shot", 0);
+}
+
 Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pipeline) {
   const int n = shape.nranks;
   if (n == 1 || shape.bytes() == 0) return copyOnly(shape, "ring");

@@ -38,6 +38,8 @@ Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pip
 // A binary tree rooted at the root over ring positions (children 2v+1, 2v+2 of virtual
 // position v): depth log2(n).
 Schedule buildTreeBroadcast(const CollectiveShape& shape, const PipelineParams& pipeline);
+// The root sends the whole buffer to every peer at once: one hop, n-1 messages from the root.
+Schedule buildOneShotBroadcast(const CollectiveShape& shape);
 Schedule buildTreeReduce(const CollectiveShape& shape, const PipelineParams& pipeline);
 
 // --- all-gather and reduce-scatter ---

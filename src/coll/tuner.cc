@@ -38,7 +38,7 @@ const char* algorithmName(Algorithm algorithm) {
 bool hasAlgorithm(Collective collective, Algorithm algorithm) {
   switch (collective) {
     case Collective::AllReduce: return algorithm != Algorithm::Direct;
-    case Collective::Broadcast:
+    case Collective::Broadcast: return algorithm != Algorithm::Direct && algorithm != Algorithm::RecursiveDoubling;
     case Collective::Reduce: return algorithm == Algorithm::Ring || algorithm == Algorithm::Tree;
     case Collective::AllGather:
     case Collective::ReduceScatter: return algorithm == Algorithm::Ring || algorithm == Algorithm::OneShot;
@@ -139,9 +139,10 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
     if (!hasAlgorithm(collective, a)) return false;
     switch (a) {
       // The cap bounds the scratch and the messages of the executor's one-shot; an all-gather
-      // through the arena has neither, and copies less than the ring at any size.
+      // or a broadcast through the arena has neither, and copies less than the ring at any size.
       case Algorithm::OneShot:
-        return fanOutBytes <= config.oneShotMaxBytes || (collective == Collective::AllGather && layout.arenaBytes > 0);
+        return fanOutBytes <= config.oneShotMaxBytes ||
+               ((collective == Collective::AllGather || collective == Collective::Broadcast) && layout.arenaBytes > 0);
       case Algorithm::RecursiveDoubling: return bytes <= config.recursiveDoublingMaxBytes;
       case Algorithm::Tree: return bytes <= config.treeMaxBytes && nranks > 2;  // on 2 ranks, the chain
       default: return true;
@@ -170,6 +171,7 @@ Schedule buildSchedule(const CollectiveShape& shape, Algorithm algorithm, const 
         default: return buildRingAllReduce(shape, pipeline);
       }
     case Collective::Broadcast:
+      if (algorithm == Algorithm::OneShot) return buildOneShotBroadcast(shape);
       return algorithm == Algorithm::Tree ? buildTreeBroadcast(shape, pipeline) : buildRingBroadcast(shape, pipeline);
     case Collective::Reduce:
       return algorithm == Algorithm::Tree ? buildTreeReduce(shape, pipeline) : buildRingReduce(shape, pipeline);

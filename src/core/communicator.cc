@@ -9,6 +9,7 @@
 #include "core/bootstrap.h"
 #include "coll/arena_allgather.h"
 #include "coll/arena_allreduce.h"
+#include "coll/arena_broadcast.h"
 #include "coll/schedule_merge.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
@@ -250,7 +251,7 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
   const bool onArena = algorithm == coll::Algorithm::OneShot && layout_.arenaBytes > 0 &&
-                       (collective == coll::Collective::AllGather ||
+                       (collective == coll::Collective::AllGather || collective == coll::Collective::Broadcast ||
                         (collective == coll::Collective::AllReduce && bytes <= layout_.arenaBytes));
   if (onArena) {
     // No schedule is built for these (schedule_cache.cc logs the others' choices).
@@ -336,7 +337,8 @@ bool Communicator::suitsArena(const CollectiveCall& call) {
   switch (call.collective) {
     case coll::Collective::AllReduce:
       return bytes <= layout_.arenaBytes && algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
-    case coll::Collective::AllGather: return algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
+    case coll::Collective::AllGather:
+    case coll::Collective::Broadcast: return algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
     default: return false;
   }
 }
@@ -390,10 +392,10 @@ Status Communicator::setUpArena(const Deadline& deadline) {
   if (created) created->unlinkOwn();
   if (attached) {
     arena_ = std::move(created);
-    WEFT_INFO("small all-reduces (up to %zu bytes) and one-shot all-gathers go through a shared-memory arena",
+    WEFT_INFO("small all-reduces (up to %zu bytes), one-shot all-gathers and broadcasts go through a shared-memory arena",
               coll::kArenaMaxBytes);
   } else {
-    WEFT_INFO("small all-reduces and all-gathers stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
+    WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
     layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
     forgetChoices();
   }
@@ -406,6 +408,10 @@ Status Communicator::runOnArena(const CollectiveCall& call) {
   if (call.collective == coll::Collective::AllGather) {
     const coll::ArenaAllGather a{call.send, call.recv, callBytes(call), messageTag(call)};
     return coll::arenaAllGather(*arena_, &arenaSeq_, a, context);
+  }
+  if (call.collective == coll::Collective::Broadcast) {
+    const coll::ArenaBroadcast a{call.send, call.recv, callBytes(call), call.root, messageTag(call)};
+    return coll::arenaBroadcast(*arena_, &arenaSeq_, a, context);
   }
   coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
   if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();

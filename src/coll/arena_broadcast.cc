@@ -1,0 +1,49 @@
+#include "coll/arena_broadcast.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "coll/arena_wait.h"
+
+namespace weft::coll {
+
+Status arenaBroadcast(transport::ShmArena& arena, uint32_t* seq, const ArenaBroadcast& call,
+                      const ExecutionContext& context) {
+  const int n = arena.size();
+  const bool isRoot = arena.rank() == call.root;
+  const auto* in = static_cast<const char*>(call.send);
+  auto* out = static_cast<char*>(call.recv);
+  std::optional<Deadline> deadline;
+  for (size_t offset = 0; offset < call.bytes; offset += arena.capacity()) {
+    const size_t piece = std::min(arena.capacity(), call.bytes - offset);
+    const uint32_t s = ++*seq;
+    if (!isRoot) {
+      arena.publish(s, static_cast<uint32_t>(piece), call.tag);  // done with piece s-1
+      WEFT_TRY(awaitPublished(arena, call.root, s, context, &deadline));
+      WEFT_TRY(checkSameCall(arena, call.root, s, piece, call.tag, context));
+      std::memcpy(out + offset, arena.peerData(call.root, s, piece), piece);
+      if (offset + piece == call.bytes) {
+        // Every arena call ends with every peer's last piece seen, which the next call's first
+        // write relies on: a peer still reading an earlier call's slot has not published this.
+        for (int k = 1; k < n; ++k) {
+          const int peer = (arena.rank() + k) % n;
+          if (peer != call.root) WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
+        }
+      }
+      continue;
+    }
+    std::memcpy(arena.ownData(s, piece), in + offset, piece);
+    arena.publish(s, static_cast<uint32_t>(piece), call.tag);
+    if (out != in) std::memcpy(out + offset, in + offset, piece);  // while the peers read
+    // Before the next piece overwrites the slot of piece s-1, every peer must be past it.
+    for (int k = 1; k < n; ++k) {
+      const int peer = (call.root + k) % n;
+      WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
+      WEFT_TRY(checkSameCall(arena, peer, s, piece, call.tag, context));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace weft::coll
