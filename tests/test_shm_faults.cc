@@ -264,6 +264,34 @@ TEST_CASE("shm: broadcasts of every size and root on one host go through the are
   for (const auto& o : outcomes) CHECK(o.output.find(large) != std::string::npos);
 }
 
+TEST_CASE("shm: back-to-back broadcasts of several arena pieces on crowded ranks", "[shm][faults]") {
+  // 5 ranks on however few cores: a non-root that is descheduled between pieces must not be
+  // overtaken by a peer that reuses the slot it is about to read. A broken protocol hangs here,
+  // so the timeout is short.
+  auto outcomes = runRanks(5, [](RankContext& ctx) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    const size_t count = (size_t{1} << 17) + 3;  // 2 pieces of the arena's slot
+    std::vector<int32_t> data(count);
+    for (int call = 0; call < 300; ++call) {
+      const int root = call % 3;  // also runs of the same root
+      for (size_t i = 0; i < count; i += 4099) data[i] = ctx.rank == root ? call + static_cast<int32_t>(i) : -1;
+      RANK_WEFT(ctx, weftBroadcast(data.data(), data.data(), count, weftInt32, root, comm, nullptr));
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; i += 4099) wrong += data[i] != call + static_cast<int32_t>(i);
+      RANK_CHECK(ctx, wrong == 0, "call %d: %zu wrong", call, wrong);
+      if (wrong != 0) break;
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
 TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
   setenv("WEFT_TRANSPORT", "shm", 1);
   auto outcomes = runRanks(4, [](RankContext& ctx) {

@@ -23,13 +23,12 @@ Status arenaBroadcast(transport::ShmArena& arena, uint32_t* seq, const ArenaBroa
       WEFT_TRY(awaitPublished(arena, call.root, s, context, &deadline));
       WEFT_TRY(checkSameCall(arena, call.root, s, piece, call.tag, context));
       std::memcpy(out + offset, arena.peerData(call.root, s, piece), piece);
-      if (offset + piece == call.bytes) {
-        // Every arena call ends with every peer's last piece seen, which the next call's first
-        // write relies on: a peer still reading an earlier call's slot has not published this.
-        for (int k = 1; k < n; ++k) {
-          const int peer = (arena.rank() + k) % n;
-          if (peer != call.root) WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
-        }
+      // The arena's rule: publish s+1 only once every peer has published s, i.e. has finished
+      // reading everything before s, this rank's header of s-1 included (which publishing
+      // s+1 overwrites). Seeing the root's s alone does not tell that of the other non-roots.
+      for (int k = 1; k < n; ++k) {
+        const int peer = (arena.rank() + k) % n;
+        if (peer != call.root) WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
       }
       continue;
     }

@@ -22,8 +22,9 @@ struct ArenaBroadcast {
 
 // *seq as for arenaAllGather (coll/arena_allgather.h): each piece is one arena call. Every rank
 // publishes each piece, the others with no data: that a rank has published piece s tells the
-// root it has read piece s-1, so the root's slot of that parity may be written again; and, as
-// every arena call does, each rank returns only once it has seen every peer publish its last.
+// root it has read piece s-1, so the root's slot of that parity may be written again. As in every
+// arena call, a rank publishes piece s+1 only once it has seen every peer publish s: the
+// non-roots wait for each other too, not only for the root.
 Status arenaBroadcast(transport::ShmArena& arena, uint32_t* seq, const ArenaBroadcast& call,
                       const ExecutionContext& context);
 
