@@ -51,6 +51,16 @@ std::vector<RankOutcome> runRanksLoggingInfo(int nranks, const std::function<int
   return outcomes;
 }
 
+// Every rank logged that its `collective` of `bytes` bytes went through the arena.
+void expectOnArena(const std::vector<RankOutcome>& outcomes, const std::string& collective, size_t bytes) {
+  const std::string line = collective + " of " + std::to_string(bytes) + " bytes on " + std::to_string(outcomes.size()) +
+                           " ranks: one-shot through the shared-memory arena";
+  for (const auto& o : outcomes) CHECK(o.output.find(line) != std::string::npos);
+}
+
+// Elements of 4 bytes that make 3 arena slots (512 KiB) and a ragged piece.
+constexpr size_t kSeveralSlots = (size_t{3} << 17) + 5;
+
 // 3 ranks over shared memory with the given timeout. `killDuring` runs on every rank after
 // init: rank 2 dies in it by SIGKILL, and the survivors return the status of the call that
 // failed and when rank 2 was killed. Each survivor must have failed within `withinSeconds` with
@@ -201,7 +211,7 @@ TEST_CASE("shm: all-gathers of every size on one host go through the arena, in p
     RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
     if (comm == nullptr) return 1;
     const size_t n = static_cast<size_t>(ctx.nranks);
-    for (size_t count : {size_t{1}, size_t{1000}, (size_t{3} << 17) + 5}) {
+    for (size_t count : {size_t{1}, size_t{1000}, kSeveralSlots}) {
       for (bool inPlace : {false, true}) {
         std::vector<int32_t> recv(count * n + 1, -1);
         std::vector<int32_t> own(count);
@@ -225,9 +235,7 @@ TEST_CASE("shm: all-gathers of every size on one host go through the arena, in p
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   });
-  const std::string large = "all-gather of " + std::to_string(((size_t{3} << 17) + 5) * 4) +
-                            " bytes on 4 ranks: one-shot through the shared-memory arena";
-  for (const auto& o : outcomes) CHECK(o.output.find(large) != std::string::npos);
+  expectOnArena(outcomes, "all-gather", kSeveralSlots * 4);
 }
 
 TEST_CASE("shm: broadcasts of every size and root on one host go through the arena", "[shm][faults]") {
@@ -238,7 +246,7 @@ TEST_CASE("shm: broadcasts of every size and root on one host go through the are
     weftComm_t comm = nullptr;
     RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
     if (comm == nullptr) return 1;
-    for (size_t count : {size_t{1}, size_t{1000}, (size_t{3} << 17) + 5}) {
+    for (size_t count : {size_t{1}, size_t{1000}, kSeveralSlots}) {
       for (int root : {0, 3}) {
         for (bool inPlace : {false, true}) {
           std::vector<int32_t> data(count), recv(count + 1, -1);
@@ -259,9 +267,7 @@ TEST_CASE("shm: broadcasts of every size and root on one host go through the are
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   });
-  const std::string large = "broadcast of " + std::to_string(((size_t{3} << 17) + 5) * 4) +
-                            " bytes on 4 ranks: one-shot through the shared-memory arena";
-  for (const auto& o : outcomes) CHECK(o.output.find(large) != std::string::npos);
+  expectOnArena(outcomes, "broadcast", kSeveralSlots * 4);
 }
 
 TEST_CASE("shm: back-to-back broadcasts of several arena pieces on crowded ranks", "[shm][faults]") {
