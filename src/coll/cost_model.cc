@@ -27,6 +27,16 @@ CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size
   return layout;
 }
 
+bool runsOnArena(const CommLayout& layout, Collective collective, Algorithm algorithm, size_t bytes) {
+  if (algorithm != Algorithm::OneShot || layout.arenaBytes == 0) return false;
+  switch (collective) {
+    case Collective::AllReduce: return bytes <= layout.arenaBytes;
+    case Collective::AllGather:
+    case Collective::Broadcast: return true;
+    default: return false;
+  }
+}
+
 namespace {
 
 constexpr double kHopCrowding = 1.5;
@@ -108,7 +118,7 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           return b * move + rounds * (link.alphaUs * k * k + b * (reduce + (k > 1 ? 0 : move)));
         }
         case Algorithm::OneShot: {
-          if (bytesIn <= layout.arenaBytes) {
+          if (runsOnArena(layout, collective, algorithm, bytesIn)) {
             // One copy into the arena, then each peer's input read and reduced. Where ranks
             // share CPUs, a rank waits for the ranks yet to publish to get a CPU: context
             // switches, growing with the crowding (fitted on 2 cores with 2, 4 and 8 ranks:
@@ -137,7 +147,7 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
     case Collective::Broadcast:
     case Collective::Reduce: {
       const double perByte = collective == Collective::Reduce ? reduce : move;
-      if (algorithm == Algorithm::OneShot && layout.arenaBytes > 0) {
+      if (runsOnArena(layout, collective, algorithm, bytesIn)) {
         // Through the arena: per piece a wait (as for the all-gather); the root copies each
         // piece in while the peers copy the one before out, one copy per byte each where a
         // chain's hop copies twice.
@@ -152,7 +162,7 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
     case Collective::AllGather:
     case Collective::ReduceScatter: {
       const double perByte = collective == Collective::ReduceScatter ? reduce : move;
-      if (algorithm == Algorithm::OneShot && collective == Collective::AllGather && layout.arenaBytes > 0) {
+      if (runsOnArena(layout, collective, algorithm, bytesIn)) {
         // Through the arena: per piece a wait for the peers (context switches where ranks share
         // CPUs, as for the arena's all-reduce), and each rank copies its block once in and every
         // peer's once out, n copies where a ring hop's beta covers two (the sender's and the

@@ -46,9 +46,14 @@ struct CommLayout {
   size_t cacheBytesPerRank = 0;
   // The largest all-reduce the one-shot algorithm runs through the shared-memory arena (all
   // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: no arena. With
-  // one, the one-shot all-gather runs through it at any size (coll/arena_allgather.h).
+  // one, the one-shot all-gather and broadcast run through it at any size.
   size_t arenaBytes = 0;
 };
+
+// Whether `algorithm` for `collective` of `bytes` runs through the shared-memory arena rather
+// than as a schedule on the executor (for a call on its own; a group's calls always take the
+// executor).
+bool runsOnArena(const CommLayout& layout, Collective collective, Algorithm algorithm, size_t bytes);
 
 // The layout of n ranks following `order`, ranksPerCpu and cacheBytesPerRank as the caller found
 // them (arenaBytes is the caller's to set).

@@ -38,7 +38,8 @@ const char* algorithmName(Algorithm algorithm) {
 bool hasAlgorithm(Collective collective, Algorithm algorithm) {
   switch (collective) {
     case Collective::AllReduce: return algorithm != Algorithm::Direct;
-    case Collective::Broadcast: return algorithm != Algorithm::Direct && algorithm != Algorithm::RecursiveDoubling;
+    case Collective::Broadcast:
+      return algorithm == Algorithm::Ring || algorithm == Algorithm::Tree || algorithm == Algorithm::OneShot;
     case Collective::Reduce: return algorithm == Algorithm::Ring || algorithm == Algorithm::Tree;
     case Collective::AllGather:
     case Collective::ReduceScatter: return algorithm == Algorithm::Ring || algorithm == Algorithm::OneShot;
@@ -140,9 +141,10 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
     switch (a) {
       // The cap bounds the scratch and the messages of the executor's one-shot; an all-gather
       // or a broadcast through the arena has neither, and copies less than the ring at any size.
+      // The arena's all-reduce keeps the cap: every rank reduces every peer's input there.
       case Algorithm::OneShot:
         return fanOutBytes <= config.oneShotMaxBytes ||
-               ((collective == Collective::AllGather || collective == Collective::Broadcast) && layout.arenaBytes > 0);
+               (collective != Collective::AllReduce && runsOnArena(layout, collective, a, bytes));
       case Algorithm::RecursiveDoubling: return bytes <= config.recursiveDoublingMaxBytes;
       case Algorithm::Tree: return bytes <= config.treeMaxBytes && nranks > 2;  // on 2 ranks, the chain
       default: return true;

@@ -250,10 +250,7 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   lastAlgorithm_.reset();
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
-  const bool onArena = algorithm == coll::Algorithm::OneShot && layout_.arenaBytes > 0 &&
-                       (collective == coll::Collective::AllGather || collective == coll::Collective::Broadcast ||
-                        (collective == coll::Collective::AllReduce && bytes <= layout_.arenaBytes));
-  if (onArena) {
+  if (coll::runsOnArena(layout_, collective, algorithm, bytes)) {
     // No schedule is built for these (schedule_cache.cc logs the others' choices).
     WEFT_INFO("%s of %zu bytes on %d ranks: one-shot through the shared-memory arena", coll::collectiveName(collective),
               bytes, size());
@@ -332,15 +329,11 @@ void Communicator::forgetChoices() {
 
 bool Communicator::suitsArena(const CollectiveCall& call) {
   // Decided alike on every rank: from the call and from what every rank knows.
+  // Whether the arena could serve it is asked first: it is cheaper than the tuner's choice.
   const size_t bytes = callBytes(call);
-  if (bytes == 0 || layout_.arenaBytes == 0) return false;
-  switch (call.collective) {
-    case coll::Collective::AllReduce:
-      return bytes <= layout_.arenaBytes && algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
-    case coll::Collective::AllGather:
-    case coll::Collective::Broadcast: return algorithmFor(call.collective, bytes) == coll::Algorithm::OneShot;
-    default: return false;
-  }
+  constexpr auto kOneShot = coll::Algorithm::OneShot;
+  return bytes > 0 && coll::runsOnArena(layout_, call.collective, kOneShot, bytes) &&
+         algorithmFor(call.collective, bytes) == kOneShot;
 }
 
 Status Communicator::setUpArena(const Deadline& deadline) {
@@ -395,7 +388,8 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     WEFT_INFO("small all-reduces (up to %zu bytes), one-shot all-gathers and broadcasts go through a shared-memory arena",
               coll::kArenaMaxBytes);
   } else {
-    WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s", why.empty() ? "a peer could not map the arena" : why.c_str());
+    WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s",
+              why.empty() ? "a peer could not map the arena" : why.c_str());
     layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
     forgetChoices();
   }

@@ -69,8 +69,8 @@ class Communicator {
   Status measureLinks();
   // The calls as schedules, run together by the executor.
   Status runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline);
-  // On one host, small all-reduces and all-gathers skip the executor when the tuner picks the
-  // one-shot algorithm for them: it runs over the arena.
+  // On one host, small all-reduces, all-gathers and broadcasts skip the executor when the tuner
+  // picks the one-shot algorithm for them: it runs over the arena (coll::runsOnArena).
   bool suitsArena(const CollectiveCall& call);
   // Collective, on the first call that suits the arena; if any rank cannot take part, arena_
   // stays empty and the tuner stops choosing it (so this does not run again).
