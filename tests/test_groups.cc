@@ -110,6 +110,48 @@ TEST_CASE("groups: collectives and point-to-point together, nested, on a host st
   }));
 }
 
+TEST_CASE("groups: ranks that group different point-to-point calls with the same collectives", "[groups][multiprocess]") {
+  // Ranks 0 and 1 also swap a token inside the group; rank 2 has only the collectives. Small
+  // collectives on one host go through the shared-memory arena: deciding that per group
+  // rather than per collective sent ranks 0 and 1 to the executor and rank 2 to the arena, and
+  // all three waited for the timeout.
+  const char* transport = GENERATE("shm", "socket");
+  setenv("WEFT_TRANSPORT", transport, 1);
+  INFO("over " << transport);
+  expectAllPassed(runRanks(3, [](RankContext& ctx) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    const int n = ctx.nranks, r = ctx.rank;
+    for (int round = 0; round < 3; ++round) {
+      // Rounds 0 and 1 are small enough for the arena, round 2 is not: it runs as one schedule
+      // with the token, which must not take the place of a collective's message.
+      const size_t count = round < 2 ? 1000 : 300000;
+      std::vector<float> sum(count, static_cast<float>(r + round)), gathered(static_cast<size_t>(n) * 10, -1);
+      std::vector<float> mine(10, static_cast<float>(r * 10 + round));
+      int32_t token = r + round, other = -1;
+      RANK_WEFT(ctx, weftGroupStart());
+      if (r < 2 && round != 1) RANK_WEFT(ctx, weftSend(&token, 1, weftInt32, 1 - r, comm, nullptr));
+      RANK_WEFT(ctx, weftAllReduce(sum.data(), sum.data(), sum.size(), weftFloat32, weftSum, comm, nullptr));
+      RANK_WEFT(ctx, weftAllGather(mine.data(), gathered.data(), mine.size(), weftFloat32, comm, nullptr));
+      if (r < 2 && round != 1) RANK_WEFT(ctx, weftRecv(&other, 1, weftInt32, 1 - r, comm, nullptr));
+      RANK_WEFT(ctx, weftGroupEnd());
+      const float expect = static_cast<float>(n * (n - 1) / 2 + n * round);
+      RANK_CHECK(ctx, sum[0] == expect && sum[count - 1] == expect, "round %d: sum %g, want %g", round, sum[0], expect);
+      for (int b = 0; b < n; ++b) {
+        RANK_CHECK(ctx, gathered[static_cast<size_t>(b) * 10 + 9] == static_cast<float>(b * 10 + round), "round %d: block %d",
+                   round, b);
+      }
+      if (r < 2 && round != 1) RANK_CHECK(ctx, other == 1 - r + round, "round %d: token %d", round, other);
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+  unsetenv("WEFT_TRANSPORT");
+}
+
 TEST_CASE("PreMulSum: every reducing collective, host-immediate and pointer scalars", "[groups][multiprocess]") {
   expectAllPassed(runRanks(3, [](RankContext& ctx) {
     weftComm_t comm = initComm(ctx);

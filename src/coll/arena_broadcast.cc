@@ -28,7 +28,9 @@ Status arenaBroadcast(transport::ShmArena& arena, uint32_t* seq, const ArenaBroa
       // s+1 overwrites). Seeing the root's s alone does not tell that of the other non-roots.
       for (int k = 1; k < n; ++k) {
         const int peer = (arena.rank() + k) % n;
-        if (peer != call.root) WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
+        if (peer == call.root) continue;
+        WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
+        WEFT_TRY(checkSameCall(arena, peer, s, piece, call.tag, context));  // not in another call
       }
       continue;
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "core/bootstrap.h"
 #include "coll/arena_allgather.h"
@@ -417,15 +418,38 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
     return Status(failure_.code(), "the communicator failed earlier and must be aborted: " + failure_.message());
   }
   if (abortFlag_->load()) return Status(weftInvalidUsage, "the communicator was aborted");
-  if (calls.size() == 1 && suitsArena(calls[0])) {
-    if (!arena_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
-    if (arena_) return fail(runOnArena(calls[0]));
+  // Which collectives the arena serves is decided per call, never per group: ranks may group
+  // different point-to-point calls with the same collectives (as NCCL allows), and must still
+  // meet in the arena. Those collectives run first, in the order issued, and the rest as one
+  // schedule; a collective never waits on a point-to-point call that way round.
+  size_t onArena = 0;
+  for (const CollectiveCall& call : calls) onArena += suitsArena(call) ? 1 : 0;
+  if (onArena > 0 && !arena_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
+  if (onArena == 0 || !arena_) return runScheduled(calls, Deadline::afterMs(config_.timeoutMs));
+  if (onArena == calls.size() && calls.size() == 1) return fail(runOnArena(calls[0]));
+  std::vector<CollectiveCall> rest;
+  for (const CollectiveCall& call : calls) {
+    if (suitsArena(call)) {
+      WEFT_TRY(fail(runOnArena(call)));
+    } else {
+      rest.push_back(call);
+    }
   }
-  return runScheduled(calls, Deadline::afterMs(config_.timeoutMs));
+  return rest.empty() ? Status::ok() : runScheduled(rest, Deadline::afterMs(config_.timeoutMs));
 }
 
 Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline) {
   const char* what = calls.size() == 1 ? coll::collectiveName(calls[0].collective) : "group";
+  // The merged schedule keeps each peer's messages in operation order, and ranks issue their
+  // collectives in one order but may interleave point-to-point calls differently (NCCL keeps
+  // the two on separate connections). So the collectives go first, then the point-to-point
+  // calls, each in issue order: the n-th send to a peer still meets its n-th receive.
+  std::vector<CollectiveCall> reordered;
+  if (calls.size() > 1 && !std::is_partitioned(calls.begin(), calls.end(), std::not_fn(isPointToPoint))) {
+    reordered.assign(calls.begin(), calls.end());
+    std::stable_partition(reordered.begin(), reordered.end(), std::not_fn(isPointToPoint));
+    calls = reordered;
+  }
   WEFT_TRY(copyToSelf(calls, rank()));
   WEFT_TRY(connectFor(calls, what, deadline));
 
