@@ -6,6 +6,7 @@
 #include "gpu/device_memory.h"
 #include "api/group.h"
 #include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
 #include "core/launch_env.h"
 #include "transport/socket/interface_select.h"
 #include "util/env.h"
@@ -99,6 +100,7 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
   }
   auto state = api::unregisterComm(comm);
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
+  state->released.store(true);
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
   if (state->initThread.joinable()) state->initThread.join();
   if (!abort) api::quiesceDevice(*state);
@@ -122,8 +124,9 @@ extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nr
                                                         weftConfig_t* config) {
   if (comm == nullptr) return api::reportError(Status(weftInvalidArgument, "weftCommInitRank: comm is NULL"));
   *comm = nullptr;
-  if (nranks < 1) {
-    return api::reportError(Status(weftInvalidArgument, formatString("weftCommInitRank: nranks must be at least 1, got %d", nranks)));
+  if (nranks < 1 || nranks > core::kMaxRanks) {
+    return api::reportError(Status(weftInvalidArgument, formatString("weftCommInitRank: nranks must be in [1, %d], got %d",
+                                                                     core::kMaxRanks, nranks)));
   }
   if (rank < 0 || rank >= nranks) {
     return api::reportError(Status(weftInvalidArgument,
@@ -156,11 +159,15 @@ extern "C" WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm) {
   return api::initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove, gpu::currentDevice());
 }
 
+// NULL is no communicator, and releasing none succeeds, as in NCCL: cleanup code may release
+// what weftCommSplit's WEFT_SPLIT_NOCOLOR left NULL.
 extern "C" WEFT_API weftResult_t weftCommDestroy(weftComm_t comm) {
+  if (comm == nullptr) return weftSuccess;
   return releaseCommunicator(comm, false, "weftCommDestroy");
 }
 
 extern "C" WEFT_API weftResult_t weftCommAbort(weftComm_t comm) {
+  if (comm == nullptr) return weftSuccess;
   return releaseCommunicator(comm, true, "weftCommAbort");
 }
 

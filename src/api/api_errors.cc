@@ -53,9 +53,12 @@ extern "C" WEFT_API const char* weftGetErrorString(weftResult_t result) {
 extern "C" WEFT_API const char* weftGetLastError(weftComm_t comm) {
   if (comm != nullptr) {
     if (auto state = api::lookupComm(comm)) {
+      // A copy, made under the lock: a queued operation may rewrite the communicator's text,
+      // or another thread destroy it, while the caller still reads this one.
+      thread_local std::string copy;
       std::lock_guard<std::mutex> lock(state->lastErrorMutex);
-      // The string lives in the state; the registry or an in-flight call keeps it alive.
-      return state->lastError.c_str();
+      copy = state->lastError;
+      return copy.c_str();
     }
   }
   return api::threadLastError.c_str();

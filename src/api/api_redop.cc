@@ -1,4 +1,5 @@
 // PreMulSum reduction operators (weftRedOpCreatePreMulSum / weftRedOpDestroy).
+#include <algorithm>
 #include <cstring>
 
 #include "api/comm_handle.h"
@@ -28,6 +29,14 @@ extern "C" WEFT_API weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t* op, void*
     pre.at = scalar;
   }
   std::lock_guard<std::mutex> lock(state->redOpsMutex);
+  // A destroyed operator's slot is taken again, as NCCL does: callers that make one per call
+  // (PyTorch's PREMUL_SUM) never run out. Calls copy what they need of the operator when issued.
+  auto dead = std::find_if(state->redOps.begin(), state->redOps.end(), [](const api::PreMulSumOp& o) { return !o.live; });
+  if (dead != state->redOps.end()) {
+    *dead = pre;
+    *op = static_cast<weftRedOp_t>(weftNumOps + static_cast<int>(dead - state->redOps.begin()));
+    return weftSuccess;
+  }
   if (state->redOps.size() >= static_cast<size_t>(weftMaxRedOp - weftNumOps)) {
     return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": too many operators on this communicator"),
                             state.get());

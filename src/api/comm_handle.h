@@ -35,6 +35,7 @@ struct PreMulSumOp {
 
 struct CommState {
   std::atomic<bool> abortFlag{false};
+  std::atomic<bool> released{false};  // destroyed or aborted: its handle no longer names it
   std::atomic<int> asyncResult{weftInProgress};  // weftResult_t; InProgress while init runs
   std::atomic<int> backgroundError{weftSuccess};     // first failure of a queued operation
   std::unique_ptr<core::Communicator> communicator;  // set once init succeeded
@@ -74,6 +75,10 @@ Status runOnComm(CommState& state, const char* fn, Op& op) {
   Status status = op(*state.communicator);
   // Formatted only on failure: this runs on every call's latency path.
   if (status.isOk()) return status;
+  if (state.communicator->failed()) {  // broken for good: weftCommGetAsyncError says so too
+    int expected = weftSuccess;
+    state.backgroundError.compare_exchange_strong(expected, status.code());
+  }
   return withCallContext(std::move(status), fn, *state.communicator);
 }
 

@@ -58,7 +58,7 @@ weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
     waits.emplace_back(std::move(stream), batch.state.get());
   }
   for (auto& [stream, state] : waits) {
-    Status done = stream->synchronize(api::streamBackstopMs(state->communicator->timeoutMs()));
+    Status done = stream->synchronize(api::streamBackstopMs(state->config.timeoutMs));
     if (!done.isOk() && result == weftSuccess) result = api::reportError(done, state);
   }
   return result;
@@ -101,6 +101,12 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   if (group.firstError != weftSuccess) {
     return api::reportError(Status(group.firstError, "weftGroupEnd: a call in the group failed (see its error); "
                                                      "nothing in the group was issued"));
+  }
+  for (const GroupedCall& g : group.calls) {
+    if (g.state->released.load()) {
+      return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: a communicator with calls in the group was "
+                                                       "destroyed or aborted before the group ended; nothing was issued"));
+    }
   }
   std::vector<CommBatch> batches;
   for (GroupedCall& g : group.calls) {

@@ -14,7 +14,7 @@ Status enqueueOnStream(std::shared_ptr<CommState> state, std::shared_ptr<HostStr
                        CommOp op, bool recordAsyncError) {
   auto run = bind(state, fn, std::move(op));
   uint64_t seq = stream->reserve();
-  int timeoutMs = state->communicator->timeoutMs();
+  int timeoutMs = state->config.timeoutMs;  // the communicator may be gone by now
   CommState* cs = state.get();
   Status queued = cs->engine.enqueue([state, stream, seq, timeoutMs, run, recordAsyncError]() {
     Status status = stream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
