@@ -42,6 +42,42 @@ void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
   checkTensor(tensors[0]);
 }
 
+void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "weft: ", what, ": input and output types differ (", a.scalar_type(),
+              " and ", b.scalar_type(), ")");
+}
+
+// Each tensor of a per-rank list must hold what `like` holds: the list goes through one flat
+// buffer of `like.numel()` elements per rank, so a tensor of another size or type would be
+// read or written past its end.
+void checkPieces(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* what) {
+  for (const auto& t : list) {
+    checkTensor(t);
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "weft: ", what,
+                ": every tensor of the list must hold ", like.numel(), " elements of type ", like.scalar_type(), ", got ",
+                t.numel(), " of type ", t.scalar_type());
+  }
+}
+
+// Rows per rank of an all-to-all: `splits`, or equal shares when it is empty (as c10d allows).
+std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const at::Tensor& t, int n, const char* which) {
+  const int64_t rows = t.dim() > 0 ? t.size(0) : t.numel();
+  if (splits.empty()) {
+    TORCH_CHECK(rows % n == 0, "weft: alltoall_base: the ", which, " tensor's ", rows, " rows do not split evenly over ", n,
+                " ranks");
+    return std::vector<int64_t>(static_cast<size_t>(n), rows / n);
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == n, "weft: alltoall_base: ", which, " splits need one entry per rank (", n,
+              "), got ", splits.size());
+  int64_t sum = 0;
+  for (int64_t r : splits) {
+    TORCH_CHECK(r >= 0, "weft: alltoall_base: negative ", which, " split ", r);
+    sum += r;
+  }
+  TORCH_CHECK(sum == rows, "weft: alltoall_base: ", which, " splits add up to ", sum, " rows, but the tensor has ", rows);
+  return splits;
+}
+
 // A contiguous view of t, or a contiguous copy (whose result finish() copies back into t).
 at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
@@ -207,7 +243,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, std::
                                                         std::function<void()> finish) {
   weftStream_t stream = nullptr;
   check(weftStreamCreate(&stream), comm_, "weftStreamCreate");
-  weftResult_t rc = issue(stream);
+  weftResult_t rc;
+  try {
+    rc = issue(stream);
+  } catch (...) {
+    weftStreamDestroy(stream);
+    throw;
+  }
   if (rc != weftSuccess) {
     weftStreamDestroy(stream);
     check(rc, comm_, "issuing the collective");
@@ -245,18 +287,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
+  // Everything that can throw comes before the group opens: a throw inside it would leave
+  // this thread's Weft group open, and every later call would join it.
   std::vector<at::Tensor> denses;
+  std::vector<Reduction> reductions;
+  std::vector<weftDataType_t> types;
   for (const auto& t : tensors) {
     checkTensor(t);
     denses.push_back(dense(t));
+    reductions.push_back(reductionOf(opts.reduceOp, t));
+    types.push_back(weftType(t));
   }
   std::vector<at::Tensor> outputs = tensors;
   return submit(c10d::OpType::ALLREDUCE_COALESCED, outputs, [&](weftStream_t s) {
     weftResult_t rc = weftGroupStart();
-    for (const auto& d : denses) {
-      const Reduction r = reductionOf(opts.reduceOp, d);
-      weftResult_t one = withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
-        return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+    for (size_t i = 0; i < denses.size(); ++i) {
+      const at::Tensor& d = denses[i];
+      weftResult_t one = withOperator(reductions[i], comm_, types[i], [&](weftRedOp_t op) {
+        return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), types[i], op, comm_, s);
       });
       if (rc == weftSuccess) rc = one;
     }
@@ -285,6 +333,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allgather(std::vector<std::vect
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
               "weft: allgather needs one output list of ", getSize(), " tensors");
   at::Tensor in = dense(inputs[0]);
+  checkPieces(outputs[0], in, "allgather");
   at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
   std::vector<at::Tensor> outs = outputs[0];
   return submit(c10d::OpType::ALLGATHER, outs, [&](weftStream_t s) {
@@ -301,6 +350,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_allgather_base(at::Tensor& out
   checkTensor(output);
   checkTensor(input);
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "weft: _allgather_base output must hold size x input");
+  checkSameType(input, output, "_allgather_base");
   at::Tensor out = output, d = dense(output), in = dense(input);
   return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [&](weftStream_t s) {
     return weftAllGather(in.data_ptr(), d.data_ptr(), count(in), weftType(in), comm_, s);
@@ -316,6 +366,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::gather(std::vector<std::vector<
   TORCH_CHECK(!isRoot || (outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize()),
               "weft: gather needs one output list of ", getSize(), " tensors at the root");
   at::Tensor in = dense(inputs[0]);
+  if (isRoot) checkPieces(outputs[0], in, "gather");
   at::Tensor flat = isRoot ? at::empty({getSize() * in.numel()}, in.options()) : at::Tensor();
   std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
   return submit(c10d::OpType::GATHER, outs, [&](weftStream_t s) {
@@ -338,6 +389,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::scatter(std::vector<at::Tensor>
   at::Tensor out = outputs[0], d = dense(out);
   at::Tensor flat;
   if (isRoot) {
+    checkPieces(inputs[0], out, "scatter");
     std::vector<at::Tensor> pieces;
     for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
     flat = at::cat(pieces);
@@ -354,6 +406,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce_scatter(std::vector<at::
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
               "weft: reduce_scatter needs one input list of ", getSize(), " tensors");
   at::Tensor out = outputs[0], d = dense(out);
+  checkPieces(inputs[0], out, "reduce_scatter");
   std::vector<at::Tensor> pieces;
   for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
   at::Tensor flat = at::cat(pieces);
@@ -370,6 +423,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_reduce_scatter_base(at::Tensor
   checkTensor(output);
   checkTensor(input);
   TORCH_CHECK(input.numel() == output.numel() * getSize(), "weft: _reduce_scatter_base input must hold size x output");
+  checkSameType(input, output, "_reduce_scatter_base");
   at::Tensor out = output, d = dense(output), in = dense(input);
   const Reduction r = reductionOf(opts.reduceOp, d);
   return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [&](weftStream_t s) {
@@ -385,16 +439,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& outpu
                                                                const c10d::AllToAllOptions&) {
   checkTensor(output);
   checkTensor(input);
+  checkSameType(input, output, "alltoall_base");
   at::Tensor out = output, d = dense(output), in = dense(input);
   const int n = getSize();
+  const weftDataType_t type = weftType(in);
   if (outputSplits.empty() && inputSplits.empty()) {
     TORCH_CHECK(in.numel() == d.numel() && in.numel() % n == 0, "weft: alltoall_base needs equal, divisible sizes");
     return submit(c10d::OpType::ALLTOALL_BASE, {out}, [&](weftStream_t s) {
-      return weftAlltoAll(in.data_ptr(), d.data_ptr(), count(in) / static_cast<size_t>(n), weftType(in), comm_, s);
+      return weftAlltoAll(in.data_ptr(), d.data_ptr(), count(in) / static_cast<size_t>(n), type, comm_, s);
     }, [out, d, in] { copyBack(out, d); });
   }
-  TORCH_CHECK(static_cast<int>(outputSplits.size()) == n && static_cast<int>(inputSplits.size()) == n,
-              "weft: alltoall_base splits must have one entry per rank");
+  const std::vector<int64_t> inSplits = rowSplits(inputSplits, in, n, "input");
+  const std::vector<int64_t> outSplits = rowSplits(outputSplits, d, n, "output");
   const int64_t inRow = in.dim() > 0 && in.size(0) > 0 ? in.numel() / in.size(0) : 0;
   const int64_t outRow = d.dim() > 0 && d.size(0) > 0 ? d.numel() / d.size(0) : 0;
   const size_t esize = in.element_size();
@@ -404,11 +460,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& outpu
     for (int p = 0; p < n; ++p) {
       auto* src = static_cast<char*>(in.data_ptr()) + static_cast<size_t>(inAt * inRow) * esize;
       auto* dst = static_cast<char*>(d.data_ptr()) + static_cast<size_t>(outAt * outRow) * esize;
-      weftResult_t a = weftSend(src, static_cast<size_t>(inputSplits[p] * inRow), weftType(in), p, comm_, s);
-      weftResult_t b = weftRecv(dst, static_cast<size_t>(outputSplits[p] * outRow), weftType(d), p, comm_, s);
+      weftResult_t a = weftSend(src, static_cast<size_t>(inSplits[p] * inRow), type, p, comm_, s);
+      weftResult_t b = weftRecv(dst, static_cast<size_t>(outSplits[p] * outRow), type, p, comm_, s);
       if (rc == weftSuccess) rc = a != weftSuccess ? a : b;
-      inAt += inputSplits[p];
-      outAt += outputSplits[p];
+      inAt += inSplits[p];
+      outAt += outSplits[p];
     }
     weftResult_t end = weftGroupEnd();
     return rc != weftSuccess ? rc : end;
@@ -421,11 +477,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor
   TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
               "weft: alltoall needs ", n, " input and output tensors");
   std::vector<at::Tensor> ins, outs;
+  std::vector<weftDataType_t> types;
   for (int p = 0; p < n; ++p) {
     checkTensor(inputs[static_cast<size_t>(p)]);
     checkTensor(outputs[static_cast<size_t>(p)]);
+    checkSameType(inputs[static_cast<size_t>(p)], outputs[static_cast<size_t>(p)], "alltoall");
     ins.push_back(dense(inputs[static_cast<size_t>(p)]));
     outs.push_back(dense(outputs[static_cast<size_t>(p)]));
+    types.push_back(weftType(ins.back()));
   }
   std::vector<at::Tensor> results = outputs;
   return submit(c10d::OpType::ALLTOALL, results, [&](weftStream_t s) {
@@ -433,8 +492,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor
     for (int p = 0; p < n; ++p) {
       const auto& a = ins[static_cast<size_t>(p)];
       const auto& b = outs[static_cast<size_t>(p)];
-      weftResult_t x = weftSend(a.data_ptr(), count(a), weftType(a), p, comm_, s);
-      weftResult_t y = weftRecv(b.data_ptr(), count(b), weftType(b), p, comm_, s);
+      weftResult_t x = weftSend(a.data_ptr(), count(a), types[static_cast<size_t>(p)], p, comm_, s);
+      weftResult_t y = weftRecv(b.data_ptr(), count(b), types[static_cast<size_t>(p)], p, comm_, s);
       if (rc == weftSuccess) rc = x != weftSuccess ? x : y;
     }
     weftResult_t end = weftGroupEnd();

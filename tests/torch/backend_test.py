@@ -203,6 +203,31 @@ def main():
     except RuntimeError as e:
         check("weft" in str(e) and "not supported" in str(e), f"error text: {e}")
 
+    # Lists and splits that do not fit the tensors are refused before anything is read or
+    # written (each would otherwise run past a buffer); types that do not match, likewise.
+    def refused(what, call, words):
+        try:
+            call()
+            check(False, f"{what} succeeded")
+        except (RuntimeError, ValueError) as e:
+            check(words in str(e), f"{what}: error text: {e}")
+
+    refused("reduce_scatter with short pieces",
+            lambda: dist.reduce_scatter(torch.zeros(4), [torch.ones(1) for _ in range(n)]), "must hold 4 elements")
+    refused("all_gather into short tensors",
+            lambda: dist.all_gather([torch.zeros(1) for _ in range(n)], torch.ones(3)), "must hold 3 elements")
+    refused("all_to_all_single with splits that overrun",
+            lambda: dist.all_to_all_single(torch.zeros(n), torch.ones(2 * n), [2] * n, [2] * n), "add up to")
+    refused("_all_gather_base into another type",
+            lambda: dist._all_gather_base(torch.zeros(4 * n, dtype=torch.int8), torch.ones(4)), "types differ")
+    # A throw while a Weft group is being built must not leave the group open: the next
+    # collective still runs.
+    refused("all_reduce_coalesced of bool with SUM",
+            lambda: dist.all_reduce_coalesced([torch.ones(2, dtype=torch.bool)] * 2), "MAX or MIN only")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(torch.all(t == n), f"all_reduce after a refused coalesced call: {t}")
+
     dist.barrier()  # rank 0 hosts the env:// store: nobody may still be using it when it goes
     dist.destroy_process_group()
 
