@@ -107,8 +107,13 @@ TEST_CASE("bad input: buffers, counts, types, ops and streams", "[badinput]") {
     int fakeStream = 0;
     expect(weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, &fakeStream), weftInvalidArgument, "stream",
            "non-NULL stream");
-    // count 0 with NULL buffers is a valid no-op, as in NCCL.
+    // count 0 with NULL buffers is a valid no-op, as in NCCL; on what may be a GPU stream too.
     RANK_WEFT(ctx, weftAllReduce(nullptr, nullptr, 0, weftFloat32, weftSum, comm, nullptr));
+    RANK_WEFT(ctx, weftAllReduce(nullptr, nullptr, 0, weftFloat32, weftSum, comm, &fakeStream));
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftSend(nullptr, 0, weftFloat32, 0, comm, &fakeStream));
+    RANK_WEFT(ctx, weftRecv(nullptr, 0, weftFloat32, 0, comm, &fakeStream));
+    RANK_WEFT(ctx, weftGroupEnd());
     // The communicator is still usable after rejected calls.
     buf[0] = 3;
     RANK_WEFT(ctx, weftAllReduce(buf, buf, 1, weftFloat32, weftSum, comm, nullptr));

@@ -127,6 +127,9 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
   // Device buffers run in a GPU stream's order (NULL: the default stream); host buffers now
   // (NULL) or on a Weft host stream.
   const bool hostStream = stream != nullptr && api::lookupStream(stream) != nullptr;
+  // Nothing to move, on a GPU stream (no buffer tells that the call is on the device): a no-op,
+  // as in NCCL, in a group or not. Zero-size pieces of an all-to-all-v on the GPU are common.
+  if (checked.isOk() && !onDevice && call.count == 0 && stream != nullptr && !hostStream) return weftSuccess;
   if (checked.isOk() && onDevice && hostStream) {
     checked = Status(weftInvalidArgument,
                      formatString("%s: device buffers need a GPU stream (cudaStream_t / hipStream_t), not a Weft "

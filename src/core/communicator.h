@@ -43,6 +43,8 @@ class Communicator {
   int rank() const { return mesh_.rank(); }
   int size() const { return mesh_.size(); }
   int timeoutMs() const { return config_.timeoutMs; }
+  // A collective failed (a peer died, timed out, or called something else): it must be aborted.
+  bool failed() const { return !failure_.isOk(); }
 
   // Whether the plan moves device buffers GPU to GPU (CUDA/HIP IPC) between every pair: all
   // ranks on one host.

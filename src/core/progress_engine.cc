@@ -10,7 +10,7 @@ namespace weft::core {
 
 bool ProgressEngine::enterIfIdle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (busy_ || !queue_.empty()) return false;
+  if (busy_ || !queue_.empty() || stopping_) return false;  // runQueued refuses once stopping
   busy_ = true;
   return true;
 }
@@ -23,6 +23,9 @@ void ProgressEngine::leave() {
 
 Status ProgressEngine::runQueued(Task task) {
   std::unique_lock<std::mutex> lock(mutex_);
+  // A caller that got past the communicator's lookup just before destroy or abort must not
+  // run on what shutdown() is about to free.
+  if (stopping_) return Status(weftInvalidUsage, "the communicator was destroyed or aborted");
   if (!busy_ && queue_.empty()) {  // the engine went idle since runBlocking looked
     busy_ = true;
     lock.unlock();
