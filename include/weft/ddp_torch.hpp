@@ -32,31 +32,40 @@ inline weftDataType_t torchToWeft(const torch::Tensor& t) {
 
 class TorchDDP {
  public:
+  // Parameters that take no gradient are kept in step by the broadcast only, as in PyTorch's
+  // DDP. The hooks point at this object: it is neither copied nor moved, and removes them when
+  // it goes.
   TorchDDP(weftComm_t comm, torch::nn::Module& module, size_t bucketCapBytes = Reducer::kDefaultBucketCapBytes)
-      : comm_(comm), params_(module.parameters()), buffers_(module.buffers()) {
+      : comm_(comm), buffers_(module.buffers()) {
     std::vector<Parameter> raw;
-    for (auto& p : params_) {
+    for (auto& p : module.parameters()) {
       if (!p.is_contiguous() || !p.device().is_cpu()) throw std::invalid_argument("weft ddp: CPU contiguous parameters only");
+      if (!p.requires_grad()) {
+        frozen_.push_back(p);
+        continue;
+      }
+      params_.push_back(p);
       raw.push_back({p.data_ptr(), nullptr, static_cast<size_t>(p.numel()), torchToWeft(p)});
     }
     reducer_ = std::make_unique<Reducer>(comm, std::move(raw), bucketCapBytes);
     check(reducer_->broadcastParameters(), "broadcasting parameters");
+    broadcastFromRankZero(frozen_, "broadcasting parameters that take no gradient");
     syncBuffers();
     for (size_t i = 0; i < params_.size(); ++i) {
-      params_[i].register_hook([this, i](torch::Tensor grad) {
+      hooks_.push_back(params_[i].register_hook([this, i](torch::Tensor grad) {
         torch::Tensor dense = grad.contiguous();
         check(reducer_->markReady(i, dense.data_ptr()), "starting a gradient bucket");
-      });
+      }));
     }
+  }
+  TorchDDP(const TorchDDP&) = delete;
+  TorchDDP& operator=(const TorchDDP&) = delete;
+  ~TorchDDP() {
+    for (size_t i = 0; i < hooks_.size(); ++i) params_[i].remove_hook(hooks_[i]);
   }
 
   // Rank 0's buffers (batch-norm statistics) everywhere, as DDP does before each forward.
-  void syncBuffers() {
-    for (auto& b : buffers_) {
-      check(weftBcast(b.data_ptr(), static_cast<size_t>(b.numel()), torchToWeft(b), 0, comm_, nullptr),
-            "broadcasting buffers");
-    }
-  }
+  void syncBuffers() { broadcastFromRankZero(buffers_, "broadcasting buffers"); }
 
   // After backward: waits for every bucket and puts the averaged gradients in .grad().
   void finish() {
@@ -78,8 +87,14 @@ class TorchDDP {
     }
   }
 
+  void broadcastFromRankZero(std::vector<torch::Tensor>& tensors, const char* what) {
+    for (auto& t : tensors) check(weftBcast(t.data_ptr(), static_cast<size_t>(t.numel()), torchToWeft(t), 0, comm_, nullptr), what);
+  }
+
   weftComm_t comm_;
-  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> params_;  // those that take a gradient, in the reducer's order
+  std::vector<torch::Tensor> frozen_;
+  std::vector<unsigned> hooks_;        // parallel to params_
   std::vector<torch::Tensor> buffers_;
   std::unique_ptr<Reducer> reducer_;
 };
