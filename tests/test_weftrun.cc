@@ -82,9 +82,13 @@ struct Result {
 // environment, plus `env` (a value of std::nullopt unsets the variable).
 class Launch {
  public:
+  // With openStdin, weftrun's stdin is a pipe nobody writes to and that stays open (as a
+  // terminal does) until the Launch goes; otherwise /dev/null.
   Launch(const TempDir& dir, const std::vector<std::string>& args,
-         const std::map<std::string, std::optional<std::string>>& env = {})
+         const std::map<std::string, std::optional<std::string>>& env = {}, bool openStdin = false)
       : out_path_(dir.path / "weftrun.out"), err_path_(dir.path / "weftrun.err") {
+    int stdinPipe[2] = {-1, -1};
+    if (openStdin) REQUIRE(pipe(stdinPipe) == 0);
     std::vector<std::string> words{WEFTRUN_PATH};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -102,7 +106,7 @@ class Launch {
           unsetenv(key.c_str());
         }
       }
-      int in = open("/dev/null", O_RDONLY);
+      int in = openStdin ? stdinPipe[0] : open("/dev/null", O_RDONLY);
       int out = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(in, 0);
@@ -111,8 +115,13 @@ class Launch {
       execv(argv[0], argv.data());
       _exit(250);
     }
+    if (openStdin) {
+      close(stdinPipe[0]);
+      stdinWriter_ = stdinPipe[1];
+    }
   }
   ~Launch() {
+    if (stdinWriter_ >= 0) close(stdinWriter_);
     if (pid_ > 0) {  // a failed check left it running
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -144,6 +153,7 @@ class Launch {
  private:
   fs::path out_path_, err_path_;
   pid_t pid_ = -1;
+  int stdinWriter_ = -1;
   Clock::time_point start_;
 };
 
@@ -256,6 +266,18 @@ TEST_CASE("weftrun: a failing rank stops the job with its exit code", "[weftrun]
   pid_t grandchild = read_pid(dir.path / "sleep.pid");
   CHECK(wait_until([&] { return process_gone(rank0); }, 1.0));
   CHECK(wait_until([&] { return process_gone(grandchild); }, 1.0));
+}
+
+TEST_CASE("weftrun: ranks read end-of-file from stdin and never the launcher's", "[weftrun]") {
+  // Ranks run in background process groups: reading a terminal would stop them (SIGTTIN) and
+  // hang the job; reading an open stdin would block. They get /dev/null instead.
+  TempDir dir;
+  Launch launch(dir, {"-n", "2", "--timeout", "20", "/bin/sh", "-c", "read line || echo \"eof $RANK\""}, {}, true);
+  Result result = launch.wait();
+  CHECK(result.status == 0);
+  CHECK(result.out.find("eof 0") != std::string::npos);
+  CHECK(result.out.find("eof 1") != std::string::npos);
+  CHECK(result.seconds < 10);
 }
 
 TEST_CASE("weftrun: a rank killed by a signal gives 128+signal", "[weftrun]") {

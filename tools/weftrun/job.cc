@@ -261,6 +261,12 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
   }
+  // Each rank runs in a process group of its own, in the background: reading the terminal
+  // would stop it with SIGTTIN and hang the job. A rank that reads stdin gets end-of-file.
+  if (int null = open("/dev/null", O_RDONLY); null >= 0) {
+    dup2(null, STDIN_FILENO);
+    if (null != STDIN_FILENO) close(null);
+  }
   environ = envp;
   execvp(argv_[0], argv_.data());
   int exec_errno = errno;
