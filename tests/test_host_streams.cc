@@ -59,6 +59,29 @@ TEST_CASE("host streams: a queued collective returns before its peers have joine
   }));
 }
 
+TEST_CASE("host streams: synchronize waits as long as the communicator's timeout allows", "[streams][multiprocess]") {
+  // The default timeout (WEFT_TIMEOUT_MS) is short, the communicator's is long (as
+  // init_process_group's 30 minutes against the 5-minute default): a peer 3 s late is within
+  // the communicator's, so synchronize must not give up at the default's backstop (2 x 0.5 s + 1 s).
+  setenv("WEFT_TIMEOUT_MS", "500", 1);
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = init(ctx, ctx.id, 20000);
+    if (comm == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    float x = static_cast<float>(ctx.rank + 1);
+    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, stream));
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, x == 3, "sum %g", x);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_TIMEOUT_MS");
+  expectAllPassed(outcomes);
+}
+
 TEST_CASE("host streams: operations complete in order, across communicators and with blocking calls",
           "[streams][multiprocess]") {
   expectAllPassed(runRanks(3, [](RankContext& ctx) {

@@ -1,6 +1,8 @@
 // Host streams and their C API: weftStreamCreate / Destroy / Synchronize / Query.
 #include "api/host_stream.h"
 
+#include <algorithm>
+
 #include "api/comm_handle.h"
 #include "api/handle_registry.h"
 #include "util/env.h"
@@ -21,9 +23,15 @@ weftStream_t registerStream(std::shared_ptr<HostStream> stream) { return streams
 std::shared_ptr<HostStream> lookupStream(weftStream_t stream) { return streams().find(stream); }
 std::shared_ptr<HostStream> unregisterStream(weftStream_t stream) { return streams().remove(stream); }
 
-uint64_t HostStream::reserve() {
+uint64_t HostStream::reserve(int timeoutMs) {
   std::lock_guard<std::mutex> lock(mutex_);
+  longestTimeoutMs_ = std::max(longestTimeoutMs_, timeoutMs);
   return ++issued_;
+}
+
+int HostStream::longestTimeoutMs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return longestTimeoutMs_;
 }
 
 void HostStream::finish(const Status& status) {
@@ -89,9 +97,10 @@ extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
   auto timeout = defaultTimeoutMs();
   if (!timeout.isOk()) return api::reportError(timeout.status());
   // Each queued operation ends by its communicator's deadline and reports why; this wait is only
-  // a backstop, so it outlasts that deadline (equal, it raced the operation's own, more precise
-  // error: a dead peer surfaced as "timed out" instead of naming the peer).
-  return api::reportError(s->synchronize(api::streamBackstopMs(timeout.value())).withContext("weftStreamSynchronize"));
+  // a backstop, so it outlasts the longest of those deadlines (equal, it raced the operation's
+  // own, more precise error: a dead peer surfaced as "timed out" instead of naming the peer).
+  const int longest = std::max(timeout.value(), s->longestTimeoutMs());
+  return api::reportError(s->synchronize(api::streamBackstopMs(longest)).withContext("weftStreamSynchronize"));
 }
 
 extern "C" WEFT_API weftResult_t weftStreamQuery(weftStream_t stream) {

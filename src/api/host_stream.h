@@ -17,8 +17,11 @@ namespace weft::api {
 
 class HostStream {
  public:
-  // Takes the next place on the stream; returns its sequence number (1, 2, ...).
-  uint64_t reserve();
+  // Takes the next place on the stream for an operation that ends by a deadline of timeoutMs;
+  // returns its sequence number (1, 2, ...).
+  uint64_t reserve(int timeoutMs);
+  // The longest deadline of any operation ever queued here (0: none).
+  int longestTimeoutMs();
   // Records that operation `seq` ended with `status`.
   void finish(const Status& status);
   // Waits until the operations before `seq` have finished, or the deadline / abort.
@@ -34,6 +37,7 @@ class HostStream {
   std::condition_variable finished_;
   uint64_t issued_ = 0;
   uint64_t finishedCount_ = 0;
+  int longestTimeoutMs_ = 0;
   Status firstError_;
 };
 

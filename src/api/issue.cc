@@ -13,8 +13,8 @@ std::function<Status()> bind(std::shared_ptr<CommState> state, const char* fn, C
 Status enqueueOnStream(std::shared_ptr<CommState> state, std::shared_ptr<HostStream> stream, const char* fn,
                        CommOp op, bool recordAsyncError) {
   auto run = bind(state, fn, std::move(op));
-  uint64_t seq = stream->reserve();
-  int timeoutMs = state->config.timeoutMs;  // the communicator may be gone by now
+  const int timeoutMs = state->config.timeoutMs;  // the communicator may be gone by now
+  const uint64_t seq = stream->reserve(timeoutMs);
   CommState* cs = state.get();
   Status queued = cs->engine.enqueue([state, stream, seq, timeoutMs, run, recordAsyncError]() {
     Status status = stream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
