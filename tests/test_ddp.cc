@@ -79,6 +79,23 @@ TEST_CASE("ddp: gradients averaged across ranks, buckets started before finish",
   }
 }
 
+TEST_CASE("ddp: a bucket whose all-reduce could not start fails finish, whatever markReady said", "[ddp][multiprocess]") {
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, 1, ctx.id, 0));
+    if (comm == nullptr) return 1;
+    std::vector<float> weight(8, 1.0f), grad(8, 2.0f), out(8, -1.0f);
+    Reducer reducer(comm, {{weight.data(), grad.data(), weight.size(), weftFloat32}});
+    RANK_WEFT(ctx, weftCommAbort(comm));  // every call on it fails from now on
+    RANK_CHECK(ctx, reducer.markReady(0, grad.data()) != weftSuccess, "a bucket started on an aborted communicator");
+    RANK_CHECK(ctx, reducer.finish({out.data()}) != weftSuccess, "finish succeeded with a bucket never averaged");
+    RANK_CHECK(ctx, out[0] == -1.0f, "gradients written after a failure: %g", out[0]);
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
 TEST_CASE("ddp: the sampler shards like torch's DistributedSampler", "[ddp]") {
   for (size_t size : {0, 1, 10, 11, 100, 101}) {
     for (int replicas : {1, 2, 3, 4}) {

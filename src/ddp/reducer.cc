@@ -62,8 +62,11 @@ weftResult_t Reducer::broadcastParameters() {
 }
 
 weftResult_t Reducer::start(Bucket& b) {
-  b.started = true;
-  return weftAllReduce(b.flat.data(), b.flat.data(), b.count, b.type, weftAvg, comm_, stream_);
+  // Not issued is not started: finish() tries it again and returns the failure, rather than
+  // handing back gradients that were never averaged when markReady's error went unheeded.
+  weftResult_t rc = weftAllReduce(b.flat.data(), b.flat.data(), b.count, b.type, weftAvg, comm_, stream_);
+  b.started = rc == weftSuccess;
+  return rc;
 }
 
 weftResult_t Reducer::markReady(size_t index, const void* grad) {
