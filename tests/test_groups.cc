@@ -269,7 +269,7 @@ TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "
   }));
 }
 
-TEST_CASE("init-all: ranks as threads, and one thread driving them all in a group", "[split][multiprocess]") {
+TEST_CASE("init-all: ranks as threads, one thread driving them all in a group, inits in a group", "[split][multiprocess]") {
   // In a child process, like every other multi-rank test (the communicators' threads stay there).
   expectAllPassed(runRanks(1, [](RankContext& ctx) {
     constexpr int n = 3;
@@ -301,6 +301,25 @@ TEST_CASE("init-all: ranks as threads, and one thread driving them all in a grou
     }
     RANK_WEFT(ctx, weftGroupEnd());
     for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 18.0, "grouped rank %d", i);
+    for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
+
+    // NCCL's other single-thread pattern: every rank's init inside one group. Each init runs
+    // on a thread of its own and weftGroupEnd waits for all (inline, the first would wait for
+    // the others until the timeout).
+    weftUniqueId id;
+    RANK_WEFT(ctx, weftGetUniqueId(&id));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    RANK_WEFT(ctx, weftGroupStart());
+    for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommInitRankConfig(&comms[i], n, id, i, &config));
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_WEFT(ctx, weftGroupStart());
+    for (int i = 0; i < n; ++i) {
+      auto& d = data[static_cast<size_t>(i)];
+      RANK_WEFT(ctx, weftAllReduce(d.data(), d.data(), d.size(), weftFloat64, weftSum, comms[i], nullptr));
+    }
+    RANK_WEFT(ctx, weftGroupEnd());
+    for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 54.0, "rank %d inited in a group", i);
     for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
     return 0;
   }));

@@ -139,6 +139,15 @@ extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nr
   if (!checked.isOk()) return api::reportError(checked.withContext("weftCommInitRank"));
   auto id = core::decodeUniqueId(commId);
   if (!id.isOk()) return api::reportError(id.status().withContext("weftCommInitRank"));
+  if (api::groupIsOpen()) {
+    // Started now on a thread of its own; the outermost weftGroupEnd waits for it (a blocking
+    // config) or leaves it to be polled (a non-blocking one), as NCCL does.
+    weftResult_t rc = api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), false, "",
+                                            gpu::currentDevice());
+    if (rc != weftInProgress) return rc;
+    if (blocking) api::addInitToGroup(api::lookupComm(*comm));
+    return blocking ? weftSuccess : weftInProgress;
+  }
   return api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "", gpu::currentDevice());
 }
 

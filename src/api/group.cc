@@ -21,6 +21,7 @@ struct OpenGroup {
   int depth = 0;
   weftResult_t firstError = weftSuccess;
   std::vector<GroupedCall> calls;
+  std::vector<std::shared_ptr<api::CommState>> inits;
 };
 
 thread_local OpenGroup tlsGroup;
@@ -79,6 +80,8 @@ void failGroup(weftResult_t code) {
   if (tlsGroup.firstError == weftSuccess) tlsGroup.firstError = code;
 }
 
+void addInitToGroup(std::shared_ptr<CommState> state) { tlsGroup.inits.push_back(std::move(state)); }
+
 bool groupHolds(const CommState* state) {
   return std::any_of(tlsGroup.calls.begin(), tlsGroup.calls.end(),
                      [state](const GroupedCall& g) { return g.state.get() == state; });
@@ -98,6 +101,20 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   if (--tlsGroup.depth > 0) return weftSuccess;
   OpenGroup group = std::move(tlsGroup);
   tlsGroup = OpenGroup{};
+  // Inits first: each ends by its own deadline (the rendezvous's timeout) or abort.
+  weftResult_t initResult = weftSuccess;
+  for (const auto& state : group.inits) {
+    if (state->initThread.joinable()) state->initThread.join();
+    const auto rc = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
+    if (initResult != weftSuccess || rc == weftSuccess) continue;
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(state->lastErrorMutex);
+      why = state->lastError;
+    }
+    initResult = api::reportError(Status(rc, "weftGroupEnd: an init in the group failed: " + why), state.get());
+  }
+  if (initResult != weftSuccess) return initResult;
   if (group.firstError != weftSuccess) {
     return api::reportError(Status(group.firstError, "weftGroupEnd: a call in the group failed (see its error); "
                                                      "nothing in the group was issued"));
