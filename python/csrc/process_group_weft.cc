@@ -132,31 +132,61 @@ size_t count(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
 
 }  // namespace
 
-WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, weftStream_t stream, std::vector<at::Tensor> outputs,
-                   std::function<void()> finish, std::chrono::milliseconds timeout)
+HostStream::~HostStream() {
+  if (stream != nullptr) weftStreamDestroy(stream);
+}
+
+WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
+                   std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
+                   std::function<void()> issueDeferred)
     : c10d::Work(rank, type),
       comm_(comm),
-      stream_(stream),
+      stream_(std::move(stream)),
+      issueDeferred_(std::move(issueDeferred)),
       outputs_(std::move(outputs)),
       finish_(std::move(finish)),
       timeout_(timeout),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
-WeftWork::~WeftWork() {
-  if (stream_ != nullptr) weftStreamDestroy(stream_);
+void WeftWork::issueIfDeferred() {
+  std::function<void()> issue;
+  {
+    std::lock_guard<std::mutex> lock(deferredMutex_);
+    issue = issueDeferred_;
+  }
+  if (issue) issue();  // the process group issues every held-back operation, this one included
+}
+
+void WeftWork::issued(std::shared_ptr<HostStream> stream) {
+  std::lock_guard<std::mutex> lock(deferredMutex_);
+  stream_ = std::move(stream);
+  issueDeferred_ = nullptr;
+}
+
+void WeftWork::failToIssue(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(deferredMutex_);
+    issueDeferred_ = nullptr;
+  }
+  future_->setError(error);
+  finish(error);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() {
+  issueIfDeferred();
+  return future_;
 }
 
 void WeftWork::complete() {
   std::exception_ptr error;
-  weftResult_t rc = weftStreamSynchronize(stream_);
+  weftResult_t rc = weftStreamSynchronize(stream_->stream);
   try {
     check(rc, comm_, "collective");
     if (finish_) finish_();
   } catch (...) {
     error = std::current_exception();
   }
-  weftStreamDestroy(stream_);
-  stream_ = nullptr;
+  stream_.reset();
   if (error) {
     future_->setError(error);
   } else {
@@ -166,6 +196,7 @@ void WeftWork::complete() {
 }
 
 bool WeftWork::isCompleted() {
+  issueIfDeferred();  // a caller polling this must not poll forever
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
 }
@@ -176,6 +207,7 @@ bool WeftWork::isSuccess() const {
 }
 
 bool WeftWork::wait(std::chrono::milliseconds timeout) {
+  issueIfDeferred();
   std::unique_lock<std::mutex> lock(mutex_);
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   // Weft's own deadline ends every operation; this wait only has to outlast it.
@@ -210,6 +242,10 @@ ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store,
 
 ProcessGroupWeft::~ProcessGroupWeft() {
   {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    issueDeferredLocked();  // nothing may call back into this group after it is gone
+  }
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
@@ -241,27 +277,67 @@ c10::intrusive_ptr<BackendBase> ProcessGroupWeft::create(const c10::intrusive_pt
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                         const std::function<weftResult_t(weftStream_t)>& issue,
                                                         std::function<void()> finish) {
-  weftStream_t stream = nullptr;
-  check(weftStreamCreate(&stream), comm_, "weftStreamCreate");
-  weftResult_t rc;
-  try {
-    rc = issue(stream);
-  } catch (...) {
-    weftStreamDestroy(stream);
-    throw;
-  }
-  if (rc != weftSuccess) {
-    weftStreamDestroy(stream);
-    check(rc, comm_, "issuing the collective");
-  }
-  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, stream, std::move(outputs), std::move(finish),
-                                            timeout_);
+  std::lock_guard<std::mutex> issuing(issueMutex_);
+  issueDeferredLocked();
+  auto stream = std::make_shared<HostStream>();
+  check(weftStreamCreate(&stream->stream), comm_, "weftStreamCreate");
+  check(issue(stream->stream), comm_, "issuing the collective");
+  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, std::move(stream), std::move(outputs),
+                                            std::move(finish), timeout_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(work);
   }
   changed_.notify_one();
   return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::defer(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                       std::function<weftResult_t(weftStream_t)> issue,
+                                                       std::function<void()> finish) {
+  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, nullptr, std::move(outputs), std::move(finish),
+                                            timeout_, [this] {
+                                              std::lock_guard<std::mutex> lock(issueMutex_);
+                                              issueDeferredLocked();
+                                            });
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  deferred_.emplace_back(work, std::move(issue));
+  return work;
+}
+
+void ProcessGroupWeft::issueDeferredLocked() {
+  if (deferred_.empty()) return;
+  auto batch = std::move(deferred_);
+  deferred_.clear();
+  auto stream = std::make_shared<HostStream>();
+  weftResult_t rc = weftStreamCreate(&stream->stream);
+  if (rc == weftSuccess) {
+    rc = weftGroupStart();
+    for (auto& [work, issue] : batch) {
+      weftResult_t one = issue(stream->stream);  // Weft calls only: nothing here throws
+      if (rc == weftSuccess) rc = one;
+    }
+    weftResult_t end = weftGroupEnd();
+    if (rc == weftSuccess) rc = end;
+  }
+  if (rc != weftSuccess) {
+    std::exception_ptr error;
+    try {
+      check(rc, comm_, "issuing sends and receives");
+    } catch (...) {
+      error = std::current_exception();
+    }
+    for (auto& entry : batch) entry.first->failToIssue(error);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& entry : batch) {
+      entry.first->issued(stream);
+      pending_.push_back(entry.first);
+    }
+  }
+  changed_.notify_one();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::broadcast(std::vector<at::Tensor>& tensors,
@@ -506,16 +582,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
   checkSingle(tensors, "send");
   at::Tensor d = dense(tensors[0]);
-  return submit(c10d::OpType::SEND, {tensors[0]}, [&](weftStream_t s) {
-    return weftSend(d.data_ptr(), count(d), weftType(d), dstRank, comm_, s);
+  const weftDataType_t type = weftType(d);
+  return defer(c10d::OpType::SEND, {tensors[0]}, [d, type, dstRank, comm = comm_](weftStream_t s) {
+    return weftSend(d.data_ptr(), count(d), type, dstRank, comm, s);
   }, [d] {});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
   checkSingle(tensors, "recv");
   at::Tensor t = tensors[0], d = dense(t);
-  return submit(c10d::OpType::RECV, {t}, [&](weftStream_t s) {
-    return weftRecv(d.data_ptr(), count(d), weftType(d), srcRank, comm_, s);
+  const weftDataType_t type = weftType(d);
+  return defer(c10d::OpType::RECV, {t}, [d, type, srcRank, comm = comm_](weftStream_t s) {
+    return weftRecv(d.data_ptr(), count(d), type, srcRank, comm, s);
   }, [t, d] { copyBack(t, d); });
 }
 

@@ -29,26 +29,46 @@ using BackendBase = c10d::Backend;
 using BackendBase = c10d::ProcessGroup;
 #endif
 
+// A Weft host stream, destroyed when the last operation issued on it is done with it.
+struct HostStream {
+  weftStream_t stream = nullptr;
+  HostStream() = default;
+  HostStream(const HostStream&) = delete;
+  HostStream& operator=(const HostStream&) = delete;
+  ~HostStream();
+};
+
 // One operation: done when its Weft stream has run it; then `finish` copies results into the
 // caller's tensors and the future completes with them.
 class WeftWork : public c10d::Work {
  public:
-  WeftWork(int rank, c10d::OpType type, weftComm_t comm, weftStream_t stream, std::vector<at::Tensor> outputs,
-           std::function<void()> finish, std::chrono::milliseconds timeout);
-  ~WeftWork() override;
+  // A null stream: the operation is not issued yet (a send or receive held back to be issued
+  // with its neighbours); `issueDeferred` issues it, and whatever waits on it calls that first.
+  WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
+           std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
+           std::function<void()> issueDeferred = {});
+  ~WeftWork() override = default;
 
   bool isCompleted() override;
   bool isSuccess() const override;
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
+  // The deferred operation was issued on `stream`.
+  void issued(std::shared_ptr<HostStream> stream);
+  // The deferred operation could not be issued: it ends with `error`.
+  void failToIssue(std::exception_ptr error);
   // Called by the process group's completion thread, in issue order.
   void complete();
 
  private:
+  void issueIfDeferred();
+
   weftComm_t comm_;
-  weftStream_t stream_;
+  std::shared_ptr<HostStream> stream_;
+  std::function<void()> issueDeferred_;  // set while deferred; guarded by deferredMutex_
+  std::mutex deferredMutex_;
   std::vector<at::Tensor> outputs_;
   std::function<void()> finish_;
   std::chrono::milliseconds timeout_;
@@ -102,8 +122,17 @@ class ProcessGroupWeft : public BackendBase {
                                         const std::function<weftResult_t(weftStream_t)>& issue,
                                         std::function<void()> finish = {});
   void completionLoop();
+  // Sends and receives are held back and issued together, as one Weft group, when anything
+  // waits on one of them or another operation is issued: issued one by one, two ranks that
+  // both send first (isend then irecv, or batch_isend_irecv) would each wait for the other's
+  // receive. Other operations issue what is held first, so every rank keeps one order.
+  c10::intrusive_ptr<c10d::Work> defer(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                       std::function<weftResult_t(weftStream_t)> issue, std::function<void()> finish);
+  void issueDeferredLocked();  // issueMutex_ held
 
   weftComm_t comm_ = nullptr;
+  std::mutex issueMutex_;  // operations reach Weft in one order
+  std::vector<std::pair<c10::intrusive_ptr<WeftWork>, std::function<weftResult_t(weftStream_t)>>> deferred_;
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -184,6 +184,24 @@ def main():
         for r in reqs:
             r.wait()
         check(torch.all(got == (rank - 1) % n), f"send/recv {got}")
+        # Every rank sends first, 4 MiB each way (past what the shared-memory ring holds): the
+        # sends must not each wait for a receive that is only issued after them.
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        got = torch.zeros(1 << 20)
+        reqs = [dist.isend(torch.full((1 << 20,), float(rank)), nxt), dist.irecv(got, prv)]
+        for r in reqs:
+            r.wait()
+        check(torch.all(got == prv), "large isend/irecv, both ranks sending first")
+        got = torch.zeros(1 << 20)
+        ops = [dist.P2POp(dist.isend, torch.full((1 << 20,), float(rank + 1)), nxt), dist.P2POp(dist.irecv, got, prv)]
+        for r in dist.batch_isend_irecv(ops):
+            r.wait()
+        check(torch.all(got == prv + 1), "batch_isend_irecv")
+        got = torch.zeros(1 << 20)
+        req = dist.isend(torch.full((1 << 20,), float(rank + 2)), nxt)
+        dist.recv(got, prv)  # a blocking receive behind a pending send
+        req.wait()
+        check(torch.all(got == prv + 2), "isend then a blocking recv")
     dist.barrier()
 
     # A subgroup of the even ranks.
