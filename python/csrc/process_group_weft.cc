@@ -187,10 +187,14 @@ void WeftWork::complete() {
     error = std::current_exception();
   }
   stream_.reset();
+  // then() callbacks run where the future completes: on torch's inter-op pool, not here. This
+  // thread completes every operation of the group, so a callback that waited on another
+  // collective (as comm hooks may) would wait on itself.
+  auto future = future_;
   if (error) {
-    future_->setError(error);
+    at::launch([future, error] { future->setError(error); });
   } else {
-    future_->markCompleted(c10::IValue(outputs_));
+    at::launch([future, value = outputs_] { future->markCompleted(c10::IValue(value)); });
   }
   finish(error);
 }

@@ -123,6 +123,11 @@ def main():
     check(isinstance(value, list) and torch.all(value[0] == n), f"future value {value}")
     work.wait()
     check(work.is_completed() and work.is_success(), "work state")
+    # A callback that runs another collective (as a DDP comm hook may) and waits for it.
+    inner = torch.ones(4)
+    chained = dist.all_reduce(torch.ones(4), async_op=True).get_future().then(
+        lambda f: (dist.all_reduce(inner), f.value()[0] + inner)[1])
+    check(torch.all(chained.wait() == 2 * n), f"a collective inside a future's callback: {chained.value()}")
     ts = [torch.full((3,), float(rank)), torch.full((5,), 1.0)]
     dist.all_reduce_coalesced(ts)
     check(torch.all(ts[0] == ranks_sum) and torch.all(ts[1] == n), "all_reduce_coalesced")
