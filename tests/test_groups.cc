@@ -294,12 +294,15 @@ TEST_CASE("init-all: ranks as threads, one thread driving them all in a group, i
     for (auto& t : threads) t.join();
     for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][4999] == 6.0, "threaded rank %d", i);
     // One thread, one group over every rank's communicator (NCCL's single-process pattern).
-    RANK_WEFT(ctx, weftGroupStart());
-    for (int i = 0; i < n; ++i) {
-      auto& d = data[static_cast<size_t>(i)];
-      RANK_WEFT(ctx, weftAllReduce(d.data(), d.data(), d.size(), weftFloat64, weftSum, comms[i], nullptr));
-    }
-    RANK_WEFT(ctx, weftGroupEnd());
+    auto allReduceInOneGroup = [&] {
+      RANK_WEFT(ctx, weftGroupStart());
+      for (int i = 0; i < n; ++i) {
+        auto& d = data[static_cast<size_t>(i)];
+        RANK_WEFT(ctx, weftAllReduce(d.data(), d.data(), d.size(), weftFloat64, weftSum, comms[i], nullptr));
+      }
+      RANK_WEFT(ctx, weftGroupEnd());
+    };
+    allReduceInOneGroup();
     for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 18.0, "grouped rank %d", i);
     for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
 
@@ -313,12 +316,7 @@ TEST_CASE("init-all: ranks as threads, one thread driving them all in a group, i
     RANK_WEFT(ctx, weftGroupStart());
     for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommInitRankConfig(&comms[i], n, id, i, &config));
     RANK_WEFT(ctx, weftGroupEnd());
-    RANK_WEFT(ctx, weftGroupStart());
-    for (int i = 0; i < n; ++i) {
-      auto& d = data[static_cast<size_t>(i)];
-      RANK_WEFT(ctx, weftAllReduce(d.data(), d.data(), d.size(), weftFloat64, weftSum, comms[i], nullptr));
-    }
-    RANK_WEFT(ctx, weftGroupEnd());
+    allReduceInOneGroup();
     for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 54.0, "rank %d inited in a group", i);
     for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
     return 0;
