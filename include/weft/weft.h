@@ -167,7 +167,7 @@ WEFT_API weftResult_t weftCommUserRank(const weftComm_t comm, int* rank);
 WEFT_API const char* weftGetErrorString(weftResult_t result);
 
 /* The last error's full text: the communicator's when comm is not NULL, otherwise the calling
- * thread's. Valid until the next failing call on that communicator or thread. */
+ * thread's. Valid until the calling thread's next failing call or next weftGetLastError. */
 WEFT_API const char* weftGetLastError(weftComm_t comm);
 
 /* Host streams. Collectives issued on a stream run one after another, in issue order, on the

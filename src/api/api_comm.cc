@@ -102,7 +102,7 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
   state->released.store(true);
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
-  if (state->initThread.joinable()) state->initThread.join();
+  api::joinInit(*state);
   if (!abort) api::quiesceDevice(*state);
   state->engine.shutdown();  // queued work runs out (fast, once aborted); nothing new is accepted
   api::releaseDeviceStaging(*state);

@@ -40,7 +40,8 @@ struct CommState {
   std::atomic<int> backgroundError{weftSuccess};     // first failure of a queued operation
   std::unique_ptr<core::Communicator> communicator;  // set once init succeeded
   core::ProgressEngine engine;                       // runs the collectives in issue order
-  std::thread initThread;                            // non-blocking init
+  std::thread initThread;                            // non-blocking init; joined through joinInit
+  std::mutex initJoinMutex;
   std::string removeWhenReady;                       // local rendezvous file (rank 0)
   std::mutex redOpsMutex;
   std::vector<PreMulSumOp> redOps;
@@ -54,6 +55,13 @@ struct CommState {
   std::shared_ptr<gpu::StagingPool> staging;  // pinned memory for device buffers, made on first use
   std::shared_ptr<DeviceIpc> ipc;             // GPU-to-GPU buffers, set up by the first use
 };
+
+// Waits for a non-blocking init to end. weftGroupEnd and destroy/abort (from a watchdog
+// thread, say) may both wait: one joins, the other waits for that.
+inline void joinInit(CommState& state) {
+  std::lock_guard<std::mutex> lock(state.initJoinMutex);
+  if (state.initThread.joinable()) state.initThread.join();
+}
 
 weftComm_t registerComm(std::shared_ptr<CommState> state);
 std::shared_ptr<CommState> lookupComm(weftComm_t comm);
