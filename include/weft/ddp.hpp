@@ -73,6 +73,7 @@ class Reducer {
   weftStream_t stream_ = nullptr;
   size_t nextToStart_ = 0;  // buckets start in order; this one is next
   size_t startedEarly_ = 0;
+  weftResult_t startError_ = weftSuccess;  // a bucket's all-reduce failed to issue this step
 };
 
 // torch.utils.data.DistributedSampler's semantics: each of numReplicas ranks gets numSamples()

@@ -62,10 +62,12 @@ weftResult_t Reducer::broadcastParameters() {
 }
 
 weftResult_t Reducer::start(Bucket& b) {
-  // Not issued is not started: finish() tries it again and returns the failure, rather than
-  // handing back gradients that were never averaged when markReady's error went unheeded.
+  // A bucket that failed to issue is not tried again (a retry would come after later buckets,
+  // out of the order every rank issues them in); finish() returns the failure instead of
+  // gradients that were never averaged, even if markReady's error went unheeded.
+  b.started = true;
   weftResult_t rc = weftAllReduce(b.flat.data(), b.flat.data(), b.count, b.type, weftAvg, comm_, stream_);
-  b.started = rc == weftSuccess;
+  if (startError_ == weftSuccess) startError_ = rc;
   return rc;
 }
 
@@ -107,6 +109,8 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
   }
   weftResult_t synced = weftStreamSynchronize(stream_);
   if (rc == weftSuccess) rc = synced;
+  if (rc == weftSuccess) rc = startError_;
+  startError_ = weftSuccess;
   for (Bucket& b : buckets_) {
     const size_t esize = elementSize(b.type);
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
