@@ -63,8 +63,9 @@ TEST_CASE("host streams: synchronize waits as long as the communicator's timeout
   // The default timeout (WEFT_TIMEOUT_MS) is short, the communicator's is long (as
   // init_process_group's 30 minutes against the 5-minute default): a peer 3 s late is within
   // the communicator's, so synchronize must not give up at the default's backstop (2 x 0.5 s + 1 s).
-  setenv("WEFT_TIMEOUT_MS", "500", 1);
-  auto outcomes = runRanks(2, [](RankContext& ctx) {
+  // Set in each rank once the unique id (whose root lives as long as the default allows) exists.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    setenv("WEFT_TIMEOUT_MS", "500", 1);  // a fresh child process: no other thread reads it
     weftComm_t comm = init(ctx, ctx.id, 20000);
     if (comm == nullptr) return 1;
     weftStream_t stream = nullptr;
@@ -77,9 +78,7 @@ TEST_CASE("host streams: synchronize waits as long as the communicator's timeout
     RANK_WEFT(ctx, weftStreamDestroy(stream));
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
-  });
-  unsetenv("WEFT_TIMEOUT_MS");
-  expectAllPassed(outcomes);
+  }));
 }
 
 TEST_CASE("host streams: operations complete in order, across communicators and with blocking calls",
