@@ -138,7 +138,7 @@ HostStream::~HostStream() {
 
 WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
                    std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
-                   std::function<void()> issueDeferred)
+                   std::thread::id futureThread, std::function<void()> issueDeferred)
     : c10d::Work(rank, type),
       comm_(comm),
       stream_(std::move(stream)),
@@ -146,6 +146,7 @@ WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr
       outputs_(std::move(outputs)),
       finish_(std::move(finish)),
       timeout_(timeout),
+      futureThread_(futureThread),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 void WeftWork::issueIfDeferred() {
@@ -187,16 +188,16 @@ void WeftWork::complete() {
     error = std::current_exception();
   }
   stream_.reset();
-  // then() callbacks run where the future completes: on torch's inter-op pool, not here. This
-  // thread completes every operation of the group, so a callback that waited on another
-  // collective (as comm hooks may) would wait on itself.
-  auto future = future_;
-  if (error) {
-    at::launch([future, error] { future->setError(error); });
-  } else {
-    at::launch([future, value = outputs_] { future->markCompleted(c10::IValue(value)); });
-  }
+  error_ = error;
   finish(error);
+}
+
+void WeftWork::completeFuture() {
+  if (error_) {
+    future_->setError(error_);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
 }
 
 bool WeftWork::isCompleted() {
@@ -218,7 +219,12 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   if (!cv_.wait_for(lock, limit * 2 + std::chrono::seconds(1), [&] { return completed_; })) {
     throw std::runtime_error("weft: operation timed out after " + std::to_string(limit.count()) + " ms");
   }
-  if (exception_) std::rethrow_exception(exception_);
+  std::exception_ptr error = exception_;
+  lock.unlock();
+  // After wait(), get_future() has its value too; except on the future thread itself, which
+  // completes this future only after the callback it is running now.
+  if (std::this_thread::get_id() != futureThread_) future_->wait();
+  if (error) std::rethrow_exception(error);
   return true;
 }
 
@@ -241,6 +247,7 @@ ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store,
   config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), std::numeric_limits<int>::max()));
   if (config.timeoutMs <= 0) config.timeoutMs = 1;
   check(weftCommInitRankConfig(&comm_, size, id, rank, &config), nullptr, "weftCommInitRankConfig");
+  futurer_ = std::thread([this] { futureLoop(); });
   completer_ = std::thread([this] { completionLoop(); });
 }
 
@@ -255,6 +262,12 @@ ProcessGroupWeft::~ProcessGroupWeft() {
   }
   changed_.notify_all();
   if (completer_.joinable()) completer_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    futuresStopping_ = true;
+  }
+  futuresChanged_.notify_all();
+  if (futurer_.joinable()) futurer_.join();
   if (comm_ != nullptr) weftCommDestroy(comm_);
 }
 
@@ -269,6 +282,25 @@ void ProcessGroupWeft::completionLoop() {
       pending_.pop_front();
     }
     work->complete();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      futures_.push_back(std::move(work));
+    }
+    futuresChanged_.notify_one();
+  }
+}
+
+void ProcessGroupWeft::futureLoop() {
+  for (;;) {
+    c10::intrusive_ptr<WeftWork> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      futuresChanged_.wait(lock, [&] { return futuresStopping_ || !futures_.empty(); });
+      if (futures_.empty()) return;  // stopping, and every completed Work's future is done
+      work = futures_.front();
+      futures_.pop_front();
+    }
+    work->completeFuture();
   }
 }
 
@@ -287,7 +319,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, std::
   check(weftStreamCreate(&stream->stream), comm_, "weftStreamCreate");
   check(issue(stream->stream), comm_, "issuing the collective");
   auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, std::move(stream), std::move(outputs),
-                                            std::move(finish), timeout_);
+                                            std::move(finish), timeout_, futurer_.get_id());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(work);
@@ -300,7 +332,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::defer(c10d::OpType type, std::v
                                                        std::function<weftResult_t(weftStream_t)> issue,
                                                        std::function<void()> finish) {
   auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, nullptr, std::move(outputs), std::move(finish),
-                                            timeout_, [this] {
+                                            timeout_, futurer_.get_id(), [this] {
                                               std::lock_guard<std::mutex> lock(issueMutex_);
                                               issueDeferredLocked();
                                             });

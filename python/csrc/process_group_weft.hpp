@@ -44,9 +44,11 @@ class WeftWork : public c10d::Work {
  public:
   // A null stream: the operation is not issued yet (a send or receive held back to be issued
   // with its neighbours); `issueDeferred` issues it, and whatever waits on it calls that first.
+  // futureThread: the process group's thread that completes futures (and runs their then()
+  // callbacks); a wait() there does not wait for futures, which that thread completes later.
   WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
            std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
-           std::function<void()> issueDeferred = {});
+           std::thread::id futureThread, std::function<void()> issueDeferred = {});
   ~WeftWork() override = default;
 
   bool isCompleted() override;
@@ -59,8 +61,10 @@ class WeftWork : public c10d::Work {
   void issued(std::shared_ptr<HostStream> stream);
   // The deferred operation could not be issued: it ends with `error`.
   void failToIssue(std::exception_ptr error);
-  // Called by the process group's completion thread, in issue order.
+  // Called by the process group's completion thread, in issue order: the Work is done.
   void complete();
+  // Then, on the process group's future thread: the future completes with the same outcome.
+  void completeFuture();
 
  private:
   void issueIfDeferred();
@@ -72,6 +76,8 @@ class WeftWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::function<void()> finish_;
   std::chrono::milliseconds timeout_;
+  std::thread::id futureThread_;
+  std::exception_ptr error_;  // set by complete()
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -122,6 +128,7 @@ class ProcessGroupWeft : public BackendBase {
                                         const std::function<weftResult_t(weftStream_t)>& issue,
                                         std::function<void()> finish = {});
   void completionLoop();
+  void futureLoop();
   // Sends and receives are held back and issued together, as one Weft group, when anything
   // waits on one of them or another operation is issued: issued one by one, two ranks that
   // both send first (isend then irecv, or batch_isend_irecv) would each wait for the other's
@@ -139,6 +146,13 @@ class ProcessGroupWeft : public BackendBase {
   std::deque<c10::intrusive_ptr<WeftWork>> pending_;
   bool stopping_ = false;
   std::thread completer_;
+  // Futures complete on a thread of their own, after their Work: a then() callback that runs
+  // another collective and waits for it (as DDP comm hooks may) needs the completion thread
+  // free to finish that one.
+  std::condition_variable futuresChanged_;
+  std::deque<c10::intrusive_ptr<WeftWork>> futures_;  // guarded by mutex_
+  bool futuresStopping_ = false;
+  std::thread futurer_;
 };
 
 }  // namespace weft_torch

@@ -123,6 +123,9 @@ def main():
     check(isinstance(value, list) and torch.all(value[0] == n), f"future value {value}")
     work.wait()
     check(work.is_completed() and work.is_success(), "work state")
+    work = dist.all_reduce(torch.ones(8), async_op=True)
+    work.wait()
+    check(work.get_future().done() and torch.all(work.get_future().value()[0] == n), "future done after wait()")
     # A callback that runs another collective (as a DDP comm hook may) and waits for it.
     inner = torch.ones(4)
     chained = dist.all_reduce(torch.ones(4), async_op=True).get_future().then(
