@@ -37,7 +37,7 @@ setup(
     package_dir={"weft_torch": os.path.join(HERE, "weft_torch")},
     ext_modules=[CppExtension(
         "weft_torch._weft_torch",
-        [os.path.join(HERE, "csrc", "process_group_weft.cc"), os.path.join(HERE, "csrc", "module.cc")],
+        [os.path.join(HERE, "csrc", name) for name in ("process_group_weft.cc", "weft_work.cc", "module.cc")],
         include_dirs=includes, library_dirs=libdirs, runtime_library_dirs=libdirs, libraries=["weft"],
         extra_compile_args=["-std=c++17"])],
     cmdclass={"build_ext": BuildExtension},

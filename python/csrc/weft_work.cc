@@ -1,0 +1,104 @@
+// WeftWork: one operation of the torch backend, done when its Weft host stream has run it.
+#include "process_group_weft.hpp"
+
+#include "tensor_args.h"
+
+namespace weft_torch {
+
+HostStream::~HostStream() {
+  if (stream != nullptr) weftStreamDestroy(stream);
+}
+
+WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
+                   std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
+                   std::thread::id futureThread, std::function<void()> issueDeferred)
+    : c10d::Work(rank, type),
+      comm_(comm),
+      stream_(std::move(stream)),
+      issueDeferred_(std::move(issueDeferred)),
+      outputs_(std::move(outputs)),
+      finish_(std::move(finish)),
+      timeout_(timeout),
+      futureThread_(futureThread),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void WeftWork::issueIfDeferred() {
+  std::function<void()> issue;
+  {
+    std::lock_guard<std::mutex> lock(deferredMutex_);
+    issue = issueDeferred_;
+  }
+  if (issue) issue();  // the process group issues every held-back operation, this one included
+}
+
+void WeftWork::issued(std::shared_ptr<HostStream> stream) {
+  std::lock_guard<std::mutex> lock(deferredMutex_);
+  stream_ = std::move(stream);
+  issueDeferred_ = nullptr;
+}
+
+void WeftWork::failToIssue(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(deferredMutex_);
+    issueDeferred_ = nullptr;
+  }
+  future_->setError(error);
+  finish(error);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() {
+  issueIfDeferred();
+  return future_;
+}
+
+void WeftWork::complete() {
+  std::exception_ptr error;
+  weftResult_t rc = weftStreamSynchronize(stream_->stream);
+  try {
+    check(rc, comm_, "collective");
+    if (finish_) finish_();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  stream_.reset();
+  error_ = error;
+  finish(error);
+}
+
+void WeftWork::completeFuture() {
+  if (error_) {
+    future_->setError(error_);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool WeftWork::isCompleted() {
+  issueIfDeferred();  // a caller polling this must not poll forever
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WeftWork::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+bool WeftWork::wait(std::chrono::milliseconds timeout) {
+  issueIfDeferred();
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  // Weft's own deadline ends every operation; this wait only has to outlast it.
+  if (!cv_.wait_for(lock, limit * 2 + std::chrono::seconds(1), [&] { return completed_; })) {
+    throw std::runtime_error("weft: operation timed out after " + std::to_string(limit.count()) + " ms");
+  }
+  std::exception_ptr error = exception_;
+  lock.unlock();
+  // After wait(), get_future() has its value too; except on the future thread itself, which
+  // completes this future only after the callback it is running now.
+  if (std::this_thread::get_id() != futureThread_) future_->wait();
+  if (error) std::rethrow_exception(error);
+  return true;
+}
+
+}  // namespace weft_torch
