@@ -119,14 +119,12 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     return api::reportError(Status(group.firstError, "weftGroupEnd: a call in the group failed (see its error); "
                                                      "nothing in the group was issued"));
   }
-  for (const GroupedCall& g : group.calls) {
+  std::vector<CommBatch> batches;
+  for (GroupedCall& g : group.calls) {
     if (g.state->released.load()) {
       return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: a communicator with calls in the group was "
                                                        "destroyed or aborted before the group ended; nothing was issued"));
     }
-  }
-  std::vector<CommBatch> batches;
-  for (GroupedCall& g : group.calls) {
     auto it = std::find_if(batches.begin(), batches.end(), [&](const CommBatch& b) { return b.state == g.state; });
     if (it == batches.end()) {
       batches.push_back({g.state, g.stream, g.onDevice, {}});

@@ -426,7 +426,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
   for (const CollectiveCall& call : calls) onArena += suitsArena(call) ? 1 : 0;
   if (onArena > 0 && !arena_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
   if (onArena == 0 || !arena_) return runScheduled(calls, Deadline::afterMs(config_.timeoutMs));
-  if (onArena == calls.size() && calls.size() == 1) return fail(runOnArena(calls[0]));
+  if (calls.size() == 1) return fail(runOnArena(calls[0]));  // the latency path: no copies
   std::vector<CollectiveCall> rest;
   for (const CollectiveCall& call : calls) {
     if (suitsArena(call)) {
