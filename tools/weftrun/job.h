@@ -1,5 +1,5 @@
-// Declarations shared by weftrun's two sources: weftrun.cc parses the command line,
-// job.cc runs the ranks.
+// Declarations shared by weftrun's sources: weftrun.cc parses the command line, job.cc runs
+// the ranks and rank_output.cc forwards their output.
 #ifndef WEFT_TOOLS_WEFTRUN_JOB_H_
 #define WEFT_TOOLS_WEFTRUN_JOB_H_
 
