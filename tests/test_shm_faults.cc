@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -312,6 +314,61 @@ TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
                left.empty() ? "" : left[0].c_str());
     RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
     RANK_CHECK(ctx, x == 16, "sum %g", x);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_TRANSPORT");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+// A peer that has finished its part and exited leaves its end of the control socket readable
+// (EOF) for good. A rank still waiting on another peer must sleep through that, not poll a
+// descriptor that is always ready: ranks that share cores need the time it would burn.
+TEST_CASE("shm: a rank waiting on a slow peer sleeps while a finished peer's socket reads EOF", "[shm][faults]") {
+  const char* transport = GENERATE("shm", "socket");
+  setenv("WEFT_TRANSPORT", transport, 1);
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    std::vector<float> out(ctx.nranks, 1), in(ctx.nranks, 0);
+    RANK_WEFT(ctx, weftGroupStart());  // connects every pair
+    for (int p = 0; p < ctx.nranks; ++p) {
+      if (p == ctx.rank) continue;
+      RANK_WEFT(ctx, weftSend(&out[p], 1, weftFloat32, p, comm, nullptr));
+      RANK_WEFT(ctx, weftRecv(&in[p], 1, weftFloat32, p, comm, nullptr));
+    }
+    RANK_WEFT(ctx, weftGroupEnd());
+    float x = static_cast<float>(ctx.rank);
+    if (ctx.rank == 1) {
+      RANK_WEFT(ctx, weftSend(&x, 1, weftFloat32, 0, comm, nullptr));
+      std::fflush(nullptr);
+      _exit(ctx.failures == 0 ? 0 : 1);  // gone without a word: rank 0 reads EOF from here on
+    }
+    if (ctx.rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      RANK_WEFT(ctx, weftSend(&x, 1, weftFloat32, 0, comm, nullptr));
+      RANK_WEFT(ctx, weftCommDestroy(comm));
+      return 0;
+    }
+    float from1 = -1, from2 = -1;
+    const auto cpu = [] {
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    };
+    const double cpuBefore = cpu();
+    const auto wallBefore = Clock::now();
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftRecv(&from1, 1, weftFloat32, 1, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(&from2, 1, weftFloat32, 2, comm, nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    const double cpuSeconds = cpu() - cpuBefore;
+    const double wallSeconds = std::chrono::duration<double>(Clock::now() - wallBefore).count();
+    RANK_CHECK(ctx, from1 == 1 && from2 == 2, "received %g and %g", from1, from2);
+    // Waiting about a second and a half: a sleeper uses a few milliseconds of it, a poller all.
+    RANK_CHECK(ctx, cpuSeconds < 0.25 * wallSeconds, "%.3f s of CPU in %.3f s of waiting", cpuSeconds, wallSeconds);
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   });

@@ -238,7 +238,11 @@ bool ShmConnection::prepareToSleep() {
   return sleep;
 }
 
-void ShmConnection::addPollFds(std::vector<pollfd>* fds) const { fds->push_back({p_.control.get(), POLLIN, 0}); }
+// Only while something is pending: an idle connection has nothing to be woken for, and its
+// socket may stay readable for good (a doorbell nobody drained, the EOF of a peer that is done).
+void ShmConnection::addPollFds(std::vector<pollfd>* fds) const {
+  if (!sends_.empty() || !recvs_.empty()) fds->push_back({p_.control.get(), POLLIN, 0});
+}
 
 Status ShmConnection::checkPeerAlive() {
   pollfd fd{p_.control.get(), POLLRDHUP, 0};
