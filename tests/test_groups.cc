@@ -153,6 +153,33 @@ TEST_CASE("groups: ranks that group different point-to-point calls with the same
   unsetenv("WEFT_TRANSPORT");
 }
 
+TEST_CASE("groups: a group of 70000 sends and receives keeps every operation's own buffers", "[groups][multiprocess]") {
+  // Past 32768 operations a 16-bit buffer number wrapped onto operation 0's buffers (and the
+  // scratch), and past 65536 a 16-bit operation number onto operation 0's tag.
+  constexpr int kMessages = 35000;
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = initComm(ctx);
+    if (comm == nullptr) return 1;
+    const int peer = 1 - ctx.rank;
+    std::vector<int32_t> out(kMessages), in(kMessages, -1);
+    for (int i = 0; i < kMessages; ++i) out[static_cast<size_t>(i)] = ctx.rank * kMessages + i;
+    RANK_WEFT(ctx, weftGroupStart());
+    for (size_t i = 0; i < out.size(); ++i) {
+      RANK_WEFT(ctx, weftSend(&out[i], 1, weftInt32, peer, comm, nullptr));
+      RANK_WEFT(ctx, weftRecv(&in[i], 1, weftInt32, peer, comm, nullptr));
+    }
+    RANK_WEFT(ctx, weftGroupEnd());
+    int wrong = 0, first = -1;
+    for (int i = 0; i < kMessages; ++i) {
+      if (in[static_cast<size_t>(i)] != peer * kMessages + i && wrong++ == 0) first = i;
+    }
+    RANK_CHECK(ctx, wrong == 0, "%d of %d messages wrong, the first at %d (%d)", wrong, kMessages, first,
+               first < 0 ? 0 : in[static_cast<size_t>(first)]);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
 TEST_CASE("PreMulSum: every reducing collective, host-immediate and pointer scalars", "[groups][multiprocess]") {
   expectAllPassed(runRanks(3, [](RankContext& ctx) {
     weftComm_t comm = initComm(ctx);

@@ -14,7 +14,7 @@
 namespace weft::coll {
 
 // Buffers are numbered: the shared scratch, then each operation's send and receive buffers.
-using BufferId = uint16_t;
+using BufferId = uint32_t;
 struct Buffer {
   static constexpr BufferId Scratch = 0;
   static constexpr BufferId Send = 1;  // operation 0's; operation i's is send(i)
@@ -39,7 +39,7 @@ enum class StepKind : uint8_t {
 
 struct Step {
   StepKind kind;
-  uint16_t operation = 0;  // which of the execution's operations (data type, reduction) it serves
+  uint32_t operation = 0;  // which of the execution's operations (data type, reduction) it serves
   int peer = -1;
   int peerSlot = -1;  // index into Schedule::peers, filled by the builder
   Region dst{Buffer::Recv, 0};

@@ -9,7 +9,7 @@ namespace {
 // Appends `part` to `out`, its regions moved by `remap`, its steps serving `operation`.
 template <typename Remap>
 void append(Schedule& out, std::vector<std::vector<uint32_t>>& sendOrder, std::vector<std::vector<uint32_t>>& recvOrder,
-            const Schedule& part, uint16_t operation, Remap remap) {
+            const Schedule& part, uint32_t operation, Remap remap) {
   auto peerSlot = [&](int peer) {
     auto it = std::find(out.peers.begin(), out.peers.end(), peer);
     if (it != out.peers.end()) return static_cast<int>(it - out.peers.begin());
@@ -61,7 +61,7 @@ Schedule mergeSchedules(const std::vector<const Schedule*>& parts) {
   std::vector<std::vector<uint32_t>> sendOrder, recvOrder;
   for (size_t op = 0; op < parts.size(); ++op) {
     const size_t scratchBase = out.scratchBytes;
-    append(out, sendOrder, recvOrder, *parts[op], static_cast<uint16_t>(op), [&](Region region) {
+    append(out, sendOrder, recvOrder, *parts[op], static_cast<uint32_t>(op), [&](Region region) {
       if (region.buffer == Buffer::Scratch) return Region{Buffer::Scratch, region.offset + scratchBase};
       return Region{region.buffer == Buffer::Send ? Buffer::send(op) : Buffer::recv(op), region.offset};
     });
