@@ -168,3 +168,40 @@ TEST_CASE("host streams: destroy lets queued work finish", "[streams][multiproce
     return 0;
   }));
 }
+
+TEST_CASE("host streams: two threads issuing on one stream and communicator", "[streams][multiprocess]") {
+  // A place on the stream was taken and the task queued in two steps: a thread that took place
+  // k+1 could queue before the one with place k, and the worker then waited for k, queued
+  // behind it, until the timeout.
+  constexpr int kPerThread = 2000;
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = init(ctx, ctx.id, 5000);
+    if (comm == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    // Every call is alike, so the ranks' calls pair up whichever thread issued them.
+    std::vector<float> values(2 * kPerThread, 1.0f);
+    std::vector<weftResult_t> issued(2, weftSuccess);
+    auto issue = [&](int t) {
+      for (int i = 0; i < kPerThread && issued[t] == weftSuccess; ++i) {
+        float* v = &values[static_cast<size_t>(t * kPerThread + i)];
+        issued[t] = weftAllReduce(v, v, 1, weftFloat32, weftSum, comm, stream);
+      }
+    };
+    std::thread other(issue, 1);
+    issue(0);
+    other.join();
+    RANK_CHECK(ctx, issued[0] == weftSuccess && issued[1] == weftSuccess, "issue: %s, %s",
+               weftGetErrorString(issued[0]), weftGetErrorString(issued[1]));
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    weftResult_t async = weftSuccess;
+    RANK_WEFT(ctx, weftCommGetAsyncError(comm, &async));
+    RANK_CHECK(ctx, async == weftSuccess, "async error %s", weftGetErrorString(async));
+    int wrong = 0;
+    for (float v : values) wrong += v != 2.0f;
+    RANK_CHECK(ctx, wrong == 0, "%d of %zu sums wrong", wrong, values.size());
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}

@@ -23,10 +23,17 @@ weftStream_t registerStream(std::shared_ptr<HostStream> stream) { return streams
 std::shared_ptr<HostStream> lookupStream(weftStream_t stream) { return streams().find(stream); }
 std::shared_ptr<HostStream> unregisterStream(weftStream_t stream) { return streams().remove(stream); }
 
-uint64_t HostStream::reserve(int timeoutMs) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  longestTimeoutMs_ = std::max(longestTimeoutMs_, timeoutMs);
-  return ++issued_;
+Status HostStream::issue(int timeoutMs, const std::function<Status(uint64_t seq)>& enqueue) {
+  std::lock_guard<std::mutex> issuing(issueMutex_);
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    longestTimeoutMs_ = std::max(longestTimeoutMs_, timeoutMs);
+    seq = ++issued_;
+  }
+  Status queued = enqueue(seq);
+  if (!queued.isOk()) finish(queued);
+  return queued;
 }
 
 int HostStream::longestTimeoutMs() {

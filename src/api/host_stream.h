@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -17,9 +18,12 @@ namespace weft::api {
 
 class HostStream {
  public:
-  // Takes the next place on the stream for an operation that ends by a deadline of timeoutMs;
-  // returns its sequence number (1, 2, ...).
-  uint64_t reserve(int timeoutMs);
+  // Takes the next place on the stream (1, 2, ...) for an operation that ends by a deadline of
+  // timeoutMs, and hands it to `enqueue`, which queues the operation; a failure to queue ends
+  // that place at once. Both happen under one lock: threads issuing on one stream must queue
+  // on a communicator's worker in the order of their places, or the worker would wait for a
+  // place queued behind the one it runs.
+  Status issue(int timeoutMs, const std::function<Status(uint64_t seq)>& enqueue);
   // The longest deadline of any operation ever queued here (0: none).
   int longestTimeoutMs();
   // Records that operation `seq` ended with `status`.
@@ -33,6 +37,7 @@ class HostStream {
   Status query();
 
  private:
+  std::mutex issueMutex_;  // held while an operation takes its place and is queued
   std::mutex mutex_;
   std::condition_variable finished_;
   uint64_t issued_ = 0;

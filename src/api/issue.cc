@@ -14,21 +14,19 @@ Status enqueueOnStream(std::shared_ptr<CommState> state, std::shared_ptr<HostStr
                        CommOp op, bool recordAsyncError) {
   auto run = bind(state, fn, std::move(op));
   const int timeoutMs = state->config.timeoutMs;  // the communicator may be gone by now
-  const uint64_t seq = stream->reserve(timeoutMs);
-  CommState* cs = state.get();
-  Status queued = cs->engine.enqueue([state, stream, seq, timeoutMs, run, recordAsyncError]() {
-    Status status = stream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
-    if (status.isOk()) status = run();
-    if (!status.isOk() && recordAsyncError) {
-      int expected = weftSuccess;
-      state->backgroundError.compare_exchange_strong(expected, status.code());
-      reportError(status, state.get());
-    }
-    stream->finish(status);
-    return status;
+  return stream->issue(timeoutMs, [&](uint64_t seq) {
+    return state->engine.enqueue([state, stream, seq, timeoutMs, run, recordAsyncError]() {
+      Status status = stream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
+      if (status.isOk()) status = run();
+      if (!status.isOk() && recordAsyncError) {
+        int expected = weftSuccess;
+        state->backgroundError.compare_exchange_strong(expected, status.code());
+        reportError(status, state.get());
+      }
+      stream->finish(status);
+      return status;
+    });
   });
-  if (!queued.isOk()) stream->finish(queued);
-  return queued;
 }
 
 Status withCallContext(Status status, const char* fn, const core::Communicator& c) {
