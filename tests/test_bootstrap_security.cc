@@ -120,3 +120,26 @@ TEST_CASE("bootstrap: a silent connection does not delay the job", "[bootstrap][
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
+
+TEST_CASE("bootstrap: the root waits as long as the joining ranks' timeout, not the default", "[bootstrap][multiprocess]") {
+  // The id is made with WEFT_TIMEOUT_MS=1500, the ranks init with a 20 s timeout and rank 1
+  // comes 2.5 s late: the root's life is the ranks' timeout, counted from the first one's hello.
+  setenv("WEFT_TIMEOUT_MS", "1500", 1);
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    unsetenv("WEFT_TIMEOUT_MS");
+    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    float x = 1;
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, x == 2, "sum %g", x);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_TIMEOUT_MS");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}

@@ -30,7 +30,8 @@ struct Rendezvous {
 };
 
 // Starts a root on `bindAddress` (port 0 picks one) in a background thread that serves one
-// rendezvous and then exits, or gives up after `lifetimeMs` without a full set of ranks.
+// rendezvous and then exits, or gives up: after `lifetimeMs` if no rank comes, else 90% of the
+// first rank's timeout after its hello, without a full set of ranks.
 Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret,
                           int lifetimeMs, transport::SocketAddress* bound);
 

@@ -113,8 +113,12 @@ class RootServer {
       nranks_ = h.nranks;
       joined_.resize(static_cast<size_t>(nranks_));
       records_.resize(static_cast<size_t>(nranks_));
+      // Until a rank comes, the root lives as long as the default timeout (an id nobody uses
+      // must not hold a thread and a port for good). From the first rank's hello on, the job's
+      // own timeout counts, though it be longer: the first rank waits that long, and the
+      // root answers a little before, so that its error is the one the ranks see.
       int timeoutMs = std::max(1, h.timeoutMs);
-      deadline_ = deadline_.earlier(Deadline::afterMs(timeoutMs - timeoutMs / 10));
+      deadline_ = Deadline::afterMs(timeoutMs - timeoutMs / 10);
     }
     if (h.nranks != nranks_) {
       fail(weftInvalidUsage, formatString("bootstrap: rank %d on %s says there are %d ranks, rank(s) before it said %d",
