@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <map>
 #include <string>
 
+#include "core/launch_env.h"
 #include "multiprocess.h"
 
 using namespace weft::test;
@@ -42,6 +44,7 @@ void runWithEnvironment(int nranks, const std::function<Env(int)>& envFor) {
       nranks,
       [&](RankContext& ctx) {
         for (const auto& [key, value] : envFor(ctx.rank)) setenv(key.c_str(), value.c_str(), 1);
+        if (auto delay = std::getenv("TEST_START_AFTER_MS")) usleep(static_cast<useconds_t>(std::atoi(delay)) * 1000);
         weftComm_t comm = nullptr;
         RANK_WEFT(ctx, weftCommInitFromEnv(&comm));
         if (comm == nullptr) return 1;
@@ -95,6 +98,31 @@ TEST_CASE("launch: Slurm's environment on one host, no address given", "[launch]
     return Env{{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
                {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}};
   });
+}
+
+TEST_CASE("launch: a rendezvous file left by a dead rank 0 is passed over", "[launch][multiprocess]") {
+  // An earlier run's rank 0 published its id and died before removing the file; this run's
+  // rank 1 comes first and must wait for the new rank 0 rather than dial the dead root.
+  std::string job = jobId();
+  const std::string path = weft::core::localRendezvousPath("slurm-" + job + ".0");
+  pid_t dead = fork();
+  if (dead == 0) {
+    weft::core::UniqueIdContents stale;
+    stale.root = weft::transport::SocketAddress::parse("127.0.0.1:" + std::to_string(freePort())).value();
+    stale.secret = weft::core::newSecret().value();
+    _exit(weft::core::publishLocalId(path, stale).isOk() ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(dead, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  runWithEnvironment(2, [&](int rank) {
+    Env env{{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+            {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}, {"WEFT_TIMEOUT_MS", "10000"}};
+    if (rank == 0) env["TEST_START_AFTER_MS"] = "1000";
+    return env;
+  });
+  unlink(path.c_str());
 }
 
 TEST_CASE("launch: a missing or inconsistent environment is a clear error", "[launch][multiprocess]") {

@@ -1,9 +1,11 @@
 #include "core/launch_env.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -72,39 +74,30 @@ Result<Secret> secretFromEnvironment(const std::string& jobKey) {
   return secret;
 }
 
-std::string localRendezvousPath(const std::string& jobKey) {
-  return formatString("/tmp/weft-%u-%016llx.id", ::getuid(),
-                      static_cast<unsigned long long>(fnv1a64(jobKey.data(), jobKey.size())));
-}
+// What the rendezvous file holds: the id, and the pid of the rank 0 that serves its root.
+struct LocalIdFile {
+  weftUniqueId id;
+  int32_t pid;
+};
 
-// One host, no address given: rank 0 makes an id and leaves it in a private file.
-Status publishLocalId(const std::string& path, const UniqueIdContents& id) {
-  weftUniqueId packed;
-  encodeUniqueId(id, &packed);
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Status(weftSystemError, "cannot create " + temp + ": " + errnoString(errno));
-  bool ok = ::write(fd, &packed, sizeof(packed)) == static_cast<ssize_t>(sizeof(packed));
-  ::close(fd);
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    ::unlink(temp.c_str());
-    return Status(weftSystemError, "cannot write " + path + ": " + errnoString(errno));
-  }
-  return Status::ok();
-}
+bool processAlive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
 Result<UniqueIdContents> readLocalId(const std::string& path, int timeoutMs) {
   Deadline deadline = Deadline::afterMs(timeoutMs);
+  bool toldStale = false;
   for (;;) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0) {
       struct stat st{};
-      weftUniqueId packed;
+      LocalIdFile file{};
       bool ok = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() && (st.st_mode & 077) == 0 &&
-                ::read(fd, &packed, sizeof(packed)) == static_cast<ssize_t>(sizeof(packed));
+                ::read(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
       ::close(fd);
-      if (ok) return decodeUniqueId(packed);
-      return Status(weftSystemError, path + " is not a private Weft id file of this user");
+      if (!ok) return Status(weftSystemError, path + " is not a private Weft id file of this user");
+      if (processAlive(file.pid)) return decodeUniqueId(file.id);
+      // An earlier run's rank 0 died before removing it: wait for this run's to replace it.
+      if (!toldStale) WEFT_INFO("%s is left from a rank 0 that is gone (pid %d); waiting for a new one", path.c_str(), file.pid);
+      toldStale = true;
     }
     if (deadline.expired()) {
       return Status(weftTimeout, "timed out waiting for rank 0 to publish the local rendezvous in " + path);
@@ -114,6 +107,27 @@ Result<UniqueIdContents> readLocalId(const std::string& path, int timeoutMs) {
 }
 
 }  // namespace
+
+std::string localRendezvousPath(const std::string& jobKey) {
+  return formatString("/tmp/weft-%u-%016llx.id", ::getuid(),
+                      static_cast<unsigned long long>(fnv1a64(jobKey.data(), jobKey.size())));
+}
+
+Status publishLocalId(const std::string& path, const UniqueIdContents& id) {
+  LocalIdFile file{};
+  encodeUniqueId(id, &file.id);
+  file.pid = static_cast<int32_t>(::getpid());
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status(weftSystemError, "cannot create " + temp + ": " + errnoString(errno));
+  bool ok = ::write(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    return Status(weftSystemError, "cannot write " + path + ": " + errnoString(errno));
+  }
+  return Status::ok();
+}
 
 Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   WEFT_ASSIGN_OR_RETURN(LauncherVars vars, detectLauncher());
