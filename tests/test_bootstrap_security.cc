@@ -2,6 +2,11 @@
 // secret, a connection that never speaks. Each is dropped and the real job completes.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -142,4 +147,38 @@ TEST_CASE("bootstrap: the root waits as long as the joining ranks' timeout, not 
   unsetenv("WEFT_TIMEOUT_MS");
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+TEST_CASE("bootstrap: a root out of descriptors waits, it does not spin", "[bootstrap]") {
+  // accept() failing with EMFILE leaves the connection queued and the listener readable: the
+  // root must back off rather than poll it at full speed (in a child, whose limits we lower).
+  pid_t child = fork();
+  if (child == 0) {
+    weftUniqueId id;
+    if (weftGetUniqueId(&id) != weftSuccess) _exit(2);
+    const auto root = core::decodeUniqueId(id).value().root;
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = 64;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    std::vector<int> filler;
+    for (int fd; (fd = open("/dev/null", O_RDONLY)) >= 0;) filler.push_back(fd);
+    close(filler.back());  // room for the connecting socket only: the root's accept fails
+    auto connected = transport::connectTo(root, Deadline::afterMs(5000));
+    if (!connected.isOk()) _exit(3);
+    auto cpu = [] {
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    };
+    const double before = cpu();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double used = cpu() - before;
+    std::fprintf(stderr, "%.3f s of CPU in 1 s\n", used);
+    _exit(used < 0.3 ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -53,7 +53,16 @@ class RootServer {
     for (;;) {
       PendingConnection p;
       auto fd = transport::acceptOne(listenFd_.get(), Deadline::afterMs(0), nullptr, &p.from);
-      if (!fd.isOk()) return;
+      if (!fd.isOk()) {
+        // Nothing left to accept, or accept failed (out of descriptors): the connection stays
+        // queued and the listener readable, so wait a little before trying again, not spin.
+        if (fd.status().code() != weftTimeout) {
+          if (!acceptFailed_) WEFT_WARN("bootstrap root: %s; retrying", fd.status().message().c_str());
+          acceptFailed_ = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return;
+      }
       p.fd = fd.take();
       if (pending_.size() >= kMaxPending) {  // a flood: the oldest silent connection makes room
         WEFT_WARN("bootstrap root: %zu connections without a hello; dropping the one from %s",
@@ -182,6 +191,7 @@ class RootServer {
   }
 
   UniqueFd listenFd_;
+  bool acceptFailed_ = false;  // warned about it
   Secret secret_;
   Deadline deadline_;
   int nranks_ = 0;
