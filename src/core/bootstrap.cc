@@ -74,6 +74,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
     return Status(weftTimeout, formatString("rank %d timed out after %d ms waiting for the other %d rank(s) at the %s",
                                             rank, timeoutMs, nranks - 1, where.c_str()));
   }
+  if (got.code() == weftRemoteError && abortFlag != nullptr && abortFlag->load()) return got;  // aborted, not lost
   if (got.code() == weftRemoteError) {
     return Status(weftRemoteError, "the " + where + " closed the connection before answering: its process exited, or the id is stale or belongs to another job");
   }
