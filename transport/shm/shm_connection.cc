@@ -159,10 +159,15 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   } else if (h.kind == SlotKind::Remote && !r.started && h.pieceBytes == r.bytes && whole) {
     if (r.local == nullptr) {
       WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, r.data, h.remoteAddress, r.bytes));
-    } else {
-      if (bounce_.size() < r.bytes) bounce_.resize(r.bytes);
-      WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, bounce_.data(), h.remoteAddress, r.bytes));
-      kernels::reduce(r.data, r.local, bounce_.data(), r.bytes / r.spec.elementSize, r.spec.type, r.spec.op);
+    } else {  // a piece at a time through a bounce buffer of fixed size, which stays in cache
+      constexpr size_t kBounceBytes = 256 * 1024;  // a multiple of every element size
+      if (bounce_.size() < kBounceBytes) bounce_.resize(kBounceBytes);
+      for (size_t done = 0; done < r.bytes; done += kBounceBytes) {
+        const size_t piece = std::min(kBounceBytes, r.bytes - done);
+        WEFT_TRY(readRemote(p_.peerPid, p_.peerRank, bounce_.data(), h.remoteAddress + done, piece));
+        kernels::reduce(r.data + done, r.local + done, bounce_.data(), piece / r.spec.elementSize, r.spec.type,
+                        r.spec.op);
+      }
     }
   } else {
     return Status(weftRemoteError, formatString("rank %d (%s) wrote a corrupt shared-memory slot", p_.peerRank,
