@@ -127,12 +127,13 @@ TEST_CASE("bootstrap: a silent connection does not delay the job", "[bootstrap][
 }
 
 TEST_CASE("bootstrap: the root waits as long as the joining ranks' timeout, not the default", "[bootstrap][multiprocess]") {
-  // The id is made with WEFT_TIMEOUT_MS=1500, the ranks init with a 20 s timeout and rank 1
-  // comes 2.5 s late: the root's life is the ranks' timeout, counted from the first one's hello.
-  setenv("WEFT_TIMEOUT_MS", "1500", 1);
+  // The id is made with WEFT_TIMEOUT_MS=4000 (room for rank 0's init to reach the root under
+  // sanitizers), the ranks init with a 20 s timeout and rank 1 comes 5 s late: the root's life
+  // is the ranks' timeout, counted from the first one's hello.
+  setenv("WEFT_TIMEOUT_MS", "4000", 1);
   auto outcomes = runRanks(2, [](RankContext& ctx) {
     unsetenv("WEFT_TIMEOUT_MS");
-    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5000));
     weftConfig_t config = WEFT_CONFIG_INITIALIZER;
     config.timeoutMs = 20000;
     weftComm_t comm = nullptr;
