@@ -1,5 +1,6 @@
 #include "api/device_ipc_allreduce.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -30,6 +31,7 @@ size_t alignUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
 // What each rank tells the others at set-up: the two buffers' handles and the signals'.
 struct SetUpRecord {
+  uint64_t bufferBytes = 0;  // ranks may size them differently: the smallest is used
   unsigned char ok = 0;
   unsigned char deviceBarriers = 0;
   unsigned char handles[3][kHandleBytes] = {};
@@ -49,9 +51,15 @@ Status setUp(CommState& state) {
       able = false;
     }
   }
+  // A bad value turns IPC off here, and so everywhere: this rank must still take part in the
+  // set-up collectives below, which its peers run.
   auto bytes = envInt("WEFT_CUDA_IPC_BUFFER_BYTES", 1 << 20, int64_t{1} << 40);
-  if (!bytes.isOk()) return bytes.status();
-  const auto bufferBytes = static_cast<size_t>(bytes.value().value_or(kDefaultBufferBytes));
+  if (!bytes.isOk()) {
+    WEFT_WARN("CUDA IPC off: %s", bytes.status().message().c_str());
+    able = false;
+  }
+  const auto bufferBytes = static_cast<size_t>(bytes.isOk() ? bytes.value().value_or(kDefaultBufferBytes) : 0);
+  mine.bufferBytes = bufferBytes;
   for (int k = 0; k < 2 && able; ++k) {
     auto made = IpcBuffers::allocate(bufferBytes);
     if (!made.isOk()) {
@@ -85,9 +93,11 @@ Status setUp(CommState& state) {
     ScopedDevice onDevice(state.device);
     WEFT_TRY(c->run(core::CollectiveCall{Collective::AllGather, &mine, all.data(), sizeof mine, weftUint8}));
     bool everyone = true, deviceBarriers = true;
+    ipc->bytes = bufferBytes;
     for (const SetUpRecord& r : all) {
       everyone = everyone && r.ok == 1;
       deviceBarriers = deviceBarriers && r.deviceBarriers == 1;
+      ipc->bytes = std::min<size_t>(ipc->bytes, r.bufferBytes);
     }
     uint8_t opened[2] = {0, 0};  // the buffers, the signals
     auto open = [&](IpcBuffers& buffers, int k) {
@@ -206,7 +216,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   const size_t size = kernels::dataTypeSize(call.type);
   const size_t pack = 16 / size;
   // Pieces of whole blocks of whole 16-byte packs.
-  const size_t pieceCount = ipc.buffers[0]->bytes() / size / (un * pack) * (un * pack);
+  const size_t pieceCount = ipc.bytes / size / (un * pack) * (un * pack);
 
   if (ipc.broken) {
     return Status(weftRemoteError, "an earlier all-reduce on device buffers failed (see weftCommGetAsyncError); "

@@ -32,6 +32,7 @@ struct DeviceIpc {
   ~DeviceIpc();  // with the communicator's device current
   bool usable = false;  // every rank set up and mapped every buffer
   std::unique_ptr<transport::cuda_ipc::IpcBuffers> buffers[2];
+  size_t bytes = 0;  // of each buffer, used alike on every rank: the smallest any rank made
   int next = 0;  // the buffer the next piece uses
   // Barriers on the device: rank q's counter for rank r is at signals->of(q) + r * kSignalStride.
   std::unique_ptr<transport::cuda_ipc::IpcBuffers> signals;

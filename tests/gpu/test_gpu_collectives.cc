@@ -318,9 +318,8 @@ int badInput(RankContext& ctx) {
   return 0;
 }
 
-// A large all-reduce in many pieces (1 MiB IPC buffers): the two buffers alternate.
-int manyPieces(RankContext& ctx) {
-  setenv("WEFT_CUDA_IPC_BUFFER_BYTES", "1048576", 1);
+// A large all-reduce in many pieces (with 1 MiB IPC buffers): the two buffers alternate.
+int allReduceInPieces(RankContext& ctx) {
   GpuRank g(ctx);
   const size_t count = (size_t{9} << 20) / 4 + 3;  // 9 MiB of float32 and a bit
   std::vector<std::vector<double>> in;
@@ -343,6 +342,25 @@ int manyPieces(RankContext& ctx) {
   g.sync(1);
   RANK_CHECK(ctx, buf.read() == expect && other.read() == expect, "two streams, seed %" PRIu64, runSeed());
   return 0;
+}
+
+int manyPieces(RankContext& ctx) {
+  setenv("WEFT_CUDA_IPC_BUFFER_BYTES", "1048576", 1);
+  return allReduceInPieces(ctx);
+}
+
+// The last rank makes larger IPC buffers: every rank must cut pieces of the smallest size, or
+// it reads past a peer's mapping.
+int unevenIpcBuffers(RankContext& ctx) {
+  setenv("WEFT_CUDA_IPC_BUFFER_BYTES", ctx.rank == ctx.nranks - 1 ? "2097152" : "1048576", 1);
+  return allReduceInPieces(ctx);
+}
+
+// A size the last rank cannot parse turns IPC off on every rank, together: the all-reduces
+// are staged, and still right.
+int badIpcBufferSize(RankContext& ctx) {
+  setenv("WEFT_CUDA_IPC_BUFFER_BYTES", ctx.rank == ctx.nranks - 1 ? "lots" : "1048576", 1);
+  return allReduceInPieces(ctx);
 }
 
 // The last rank dies (SIGKILL) after one all-reduce; the others' next one ends with an error
@@ -384,6 +402,12 @@ TEST_CASE("gpu: reductions staged through host memory (WEFT_CUDA_IPC=0)", "[gpu]
   unsetenv("WEFT_CUDA_IPC");
 }
 TEST_CASE("gpu: a large all-reduce over CUDA IPC in many pieces", "[gpu]") { runOnRanks(manyPieces, {2, 4}); }
+TEST_CASE("gpu: ranks with different IPC buffer sizes use the smallest", "[gpu]") {
+  runOnRanks(unevenIpcBuffers, {2, 3});
+}
+TEST_CASE("gpu: a bad IPC buffer size on one rank turns IPC off on all", "[gpu]") {
+  runOnRanks(badIpcBufferSize, {2, 3});
+}
 TEST_CASE("gpu: data-moving collectives on device buffers", "[gpu]") { runOnRanks(dataMovement); }
 TEST_CASE("gpu: mixed buffers and host streams are rejected", "[gpu]") { runOnRanks(badInput); }
 TEST_CASE("gpu: a rank killed with SIGKILL gives the others an error", "[gpu]") {
