@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "multiprocess.h"
@@ -94,6 +95,14 @@ TEST_CASE("ddp: a bucket whose all-reduce could not start fails finish, whatever
   });
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+TEST_CASE("ddp: the sampler refuses a rank outside its replicas, as torch does", "[ddp]") {
+  CHECK_THROWS_AS(DistributedSampler(10, 2, 2), std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(10, 2, -1), std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(10, 0, 0), std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(10, -3, 0), std::invalid_argument);
+  CHECK_NOTHROW(DistributedSampler(10, 2, 1));
 }
 
 TEST_CASE("ddp: the sampler shards like torch's DistributedSampler", "[ddp]") {

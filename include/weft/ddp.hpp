@@ -79,6 +79,7 @@ class Reducer {
 // torch.utils.data.DistributedSampler's semantics: each of numReplicas ranks gets numSamples()
 // indices; without dropLast the dataset is padded (by repeating its start) to an even split,
 // with dropLast the tail is dropped; shuffled deterministically per (seed, epoch) when shuffle.
+// Throws std::invalid_argument unless numReplicas >= 1 and 0 <= rank < numReplicas.
 class DistributedSampler {
  public:
   DistributedSampler(size_t datasetSize, int numReplicas, int rank, bool shuffle = true, uint64_t seed = 0,

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "weft/ddp.hpp"
 
@@ -9,7 +11,15 @@ namespace weft::ddp {
 DistributedSampler::DistributedSampler(size_t datasetSize, int numReplicas, int rank, bool shuffle, uint64_t seed,
                                        bool dropLast)
     : size_(datasetSize), replicas_(numReplicas), rank_(rank), shuffle_(shuffle), dropLast_(dropLast), seed_(seed) {
-  const auto r = static_cast<size_t>(std::max(numReplicas, 1));
+  // As torch, which raises ValueError for these.
+  if (numReplicas < 1) {
+    throw std::invalid_argument("DistributedSampler: numReplicas " + std::to_string(numReplicas) + " is not positive");
+  }
+  if (rank < 0 || rank >= numReplicas) {
+    throw std::invalid_argument("DistributedSampler: rank " + std::to_string(rank) + " is not in [0, " +
+                                std::to_string(numReplicas - 1) + "]");
+  }
+  const auto r = static_cast<size_t>(numReplicas);
   // As torch: with drop_last and an uneven split, the tail is dropped; otherwise padded.
   numSamples_ = dropLast_ && size_ % r != 0 ? size_ / r : (size_ + r - 1) / r;
 }
