@@ -10,6 +10,13 @@
 // registration order (the order backward produces them); as soon as a bucket's gradients are
 // all ready (and the buckets before it have started: every rank starts them in the same order)
 // its all-reduce starts on a host stream, overlapping the rest of backward.
+//
+// A bucket holding a gradient that never became ready this step (a parameter this rank did not
+// use) starts only in finish(), with the buckets after it; which buckets start during backward
+// can so differ between ranks. Issue nothing else on the communicator between backward and
+// finish(), or the ranks' calls pair up differently. (Such a gradient contributes its grad
+// buffer, or zeros, to the average; a parameter no rank used thus gets a zero gradient, where
+// torch's DDP leaves it undefined.)
 // DistributedSampler shards a dataset the way torch.utils.data.DistributedSampler does.
 #pragma once
 
