@@ -184,11 +184,17 @@ Status checkPeers(const std::shared_ptr<CommState>& state) {
 
 // Queued device barriers that cannot be completed (an error while queueing the rest of the
 // operation) are released, so that neither this rank's stream nor the peers wait forever.
-struct ReleaseUnlessDone {
+// An operation that fails once under way leaves the ranks out of step (the peers queued barriers
+// and took buffers this rank did not), so its next one would pair with their last: the path is
+// marked broken, and with barriers on the device the peers' waits are released as failed.
+struct BreakUnlessQueued {
   const std::shared_ptr<CommState>& state;
-  bool armed = false;
-  ~ReleaseUnlessDone() {
-    if (armed) releaseBarriers(state);
+  bool onDevice = false;
+  bool queued = false;
+  ~BreakUnlessQueued() {
+    if (queued) return;
+    if (onDevice) releaseBarriers(state);
+    state->ipc->broken = true;
   }
 };
 
@@ -222,6 +228,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     return Status(weftRemoteError, "an earlier all-reduce on device buffers failed (see weftCommGetAsyncError); "
                                    "the communicator cannot be used for another");
   }
+  BreakUnlessQueued guard{state};
   auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
   WEFT_TRY(op->allocate(16));  // the PreMulSum scalar
   if (ipc.doneRecorded) {
@@ -233,18 +240,15 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   const uint64_t barriersNeeded = 2 * ((call.count + pieceCount - 1) / pieceCount);
   const bool countersLast = gpu::kStreamWaitIsCyclic || ipc.barriers.load() + barriersNeeded < UINT32_MAX;
   const bool onDevice = ipc.signals != nullptr && countersLast;
+  guard.onDevice = onDevice;
   gpuEvent_t started = nullptr;
   if (onDevice) {
     WEFT_ASSIGN_OR_RETURN(started, op->pool->acquireEvent());
     op->events.push_back(started);
     WEFT_TRY(checkRuntime(gpuEventRecord(started, stream), "recording an event on the stream"));
   }
-  ReleaseUnlessDone guard{state};
   auto barrier = [&]() -> Status {
-    if (onDevice) {
-      guard.armed = true;
-      return queueDeviceBarrier(ipc, rank, n, stream);
-    }
+    if (onDevice) return queueDeviceBarrier(ipc, rank, n, stream);
     return enqueueHostPhase(op, stream, [](core::Communicator& c) { return c.barrier(); });
   };
   const void* scalar = nullptr;
@@ -318,8 +322,8 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   ipc.doneRecorded = true;
   if (onDevice) {
     WEFT_TRY(enqueueWatch(op, stream, started, [state] { return checkPeers(state); }, [state] { releaseBarriers(state); }));
-    guard.armed = false;
   }
+  guard.queued = true;
   return enqueueRelease(op, stream);
 }
 
