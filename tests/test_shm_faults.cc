@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/unique_id.h"
+#include "transport/shm/shm_segment.h"
 #include "multiprocess.h"
 #include "util/status.h"
 
@@ -375,4 +378,60 @@ TEST_CASE("shm: a rank waiting on a slow peer sleeps while a finished peer's soc
   unsetenv("WEFT_TRANSPORT");
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+// Forks a process that creates a segment and leaves it named; the process exits at once, as
+// if killed (`lingers` false: no destructor runs), or sleeps until it is killed.
+std::pair<std::string, pid_t> segmentLeftBy(bool lingers) {
+  auto* page = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (page == MAP_FAILED) return {"", -1};
+  page[0] = 0;
+  pid_t child = fork();
+  if (child == 0) {
+    auto made = transport::ShmSegment::create("orphan-test", 4096);
+    if (made.isOk()) std::snprintf(page + 1, 4000, "%s", made.value().name().c_str());
+    __atomic_store_n(page, 1, __ATOMIC_RELEASE);
+    while (lingers) pause();
+    _exit(0);
+  }
+  for (int i = 0; i < 10000 && __atomic_load_n(page, __ATOMIC_ACQUIRE) == 0; ++i) usleep(1000);
+  std::string name(page + 1);
+  munmap(page, 4096);
+  if (!lingers) waitpid(child, nullptr, 0);
+  return {name, child};
+}
+
+TEST_CASE("shm: a segment left by a process that died is removed by the next job", "[shm][faults]") {
+  // A rank killed after creating its ring and before the peer mapped it leaves the name. Two
+  // stand-ins: one that is gone (its segment must go), one still alive (its must stay). The
+  // live one first: a stand-in's own first segment sweeps too.
+  auto [live, livePid] = segmentLeftBy(true);
+  auto [dead, deadPid] = segmentLeftBy(false);
+  REQUIRE(!dead.empty());
+  REQUIRE(!live.empty());
+  REQUIRE(std::filesystem::exists("/dev/shm" + dead));
+
+  setenv("WEFT_TRANSPORT", "shm", 1);
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    int32_t x = ctx.rank, y = -1;
+    RANK_WEFT(ctx, weftGroupStart());  // creates the pair's rings
+    RANK_WEFT(ctx, weftSend(&x, 1, weftInt32, 1 - ctx.rank, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(&y, 1, weftInt32, 1 - ctx.rank, comm, nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_CHECK(ctx, y == 1 - ctx.rank, "received %d", y);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_TRANSPORT");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + dead));
+  CHECK(std::filesystem::exists("/dev/shm" + live));
+  kill(livePid, SIGKILL);
+  waitpid(livePid, nullptr, 0);
+  shm_unlink(live.c_str());
+  (void)deadPid;
 }

@@ -1,6 +1,8 @@
 #include "transport/shm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -8,8 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <string>
 
 #include "transport/socket/socket_util.h"
+#include "util/log.h"
 
 namespace weft::transport {
 
@@ -44,13 +50,60 @@ size_t shmFreeBytes() {
   return static_cast<size_t>(fs.f_bavail) * fs.f_frsize;
 }
 
+namespace {
+
+// Pids in names compare only within one pid namespace (containers may share /dev/shm).
+unsigned long long pidNamespace() {
+  struct stat st{};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
+}
+
+// The creator written into a segment's name: "weft-<tag>-<pid namespace>.<pid>-<nonce>".
+bool creatorOf(const std::string& name, unsigned long long* ns, long* pid) {
+  const size_t nonceDash = name.rfind('-');
+  if (nonceDash == std::string::npos || nonceDash == 0) return false;
+  const size_t creatorDash = name.rfind('-', nonceDash - 1);
+  if (creatorDash == std::string::npos) return false;
+  const std::string creator = name.substr(creatorDash + 1, nonceDash - creatorDash - 1);
+  char tail = 0;
+  return std::sscanf(creator.c_str(), "%llx.%ld%c", ns, pid, &tail) == 2;
+}
+
+// Segments are unlinked once mapped, but a process killed before its peer mapped one (SIGKILL,
+// or SIGTERM while a setup waits) leaves the name. The first segment a process creates first
+// removes this user's that were made in this pid namespace by processes now gone.
+void removeOrphans() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const unsigned long long mine = pidNamespace();
+  int removed = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind("weft-", 0) != 0) continue;
+    struct stat st{};
+    unsigned long long ns = 0;
+    long pid = 0;
+    if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != ::getuid()) continue;
+    if (!creatorOf(name, &ns, &pid) || ns != mine || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  if (removed > 0) WEFT_INFO("removed %d shared-memory segment(s) left in /dev/shm by processes that died", removed);
+}
+
+}  // namespace
+
 Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
+  static std::once_flag swept;
+  std::call_once(swept, removeOrphans);
   uint64_t nonce = 0;
   if (::getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) {
     return Status(weftSystemError, "getrandom: " + errnoString(errno));
   }
   ShmSegment segment;
-  segment.name_ = formatString("/weft-%s-%016llx", tag.c_str(), static_cast<unsigned long long>(nonce));
+  segment.name_ = formatString("/weft-%s-%llx.%ld-%016llx", tag.c_str(), pidNamespace(), static_cast<long>(::getpid()),
+                               static_cast<unsigned long long>(nonce));
   UniqueFd fd(::shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return Status(weftSystemError, "cannot create shared memory " + segment.name_ + ": " + errnoString(errno));

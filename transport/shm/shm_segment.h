@@ -2,6 +2,8 @@
 // that carries a hash of the job secret and a random nonce, its pages reserved up front (so a
 // full /dev/shm is an error at setup, never a SIGBUS later), and unlinked as soon as the peer
 // has mapped it, so that nothing is left in /dev/shm whatever happens to the processes after.
+// (A process killed between creating a segment and its peer mapping it leaves the name; the
+// next process on the host to create a segment removes it.)
 #pragma once
 
 #include <cstddef>
@@ -20,8 +22,9 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
-  // Creates and maps a new segment of `bytes` named "/weft-<tag>-<nonce>". ENOSPC (a small
-  // /dev/shm) is weftSystemError with the size that was needed.
+  // Creates and maps a new segment of `bytes` named "/weft-<tag>-<pid namespace>.<pid>-<nonce>".
+  // ENOSPC (a small /dev/shm) is weftSystemError with the size that was needed. A process's
+  // first call also removes this user's segments whose creator has died (see the .cc).
   static Result<ShmSegment> create(const std::string& tag, size_t bytes);
   // Maps the segment a peer created; it must be this user's, mode 0600, and exactly `bytes`.
   // A segment with one mapper (Unlink) loses its name at once; one that several ranks map
