@@ -109,6 +109,17 @@ Status parseForcedAlgorithms(const std::string& text, TuningConfig* config) {
 
 }  // namespace
 
+uint16_t settingsDigest(const TuningConfig& config) {
+  std::string text;
+  for (const auto& forced : config.forced) text += forced ? algorithmName(*forced) : "-";
+  text += formatString("|%zu|%d|%zu|%zu|%zu|%d", config.pipeline.chunkBytes, config.pipeline.slots,
+                       config.recursiveDoublingMaxBytes, config.oneShotMaxBytes, config.treeMaxBytes,
+                       config.measureLinks ? 1 : 0);
+  uint32_t h = 2166136261u;  // FNV-1a, folded to 16 bits
+  for (unsigned char c : text) h = (h ^ c) * 16777619u;
+  return static_cast<uint16_t>(h ^ (h >> 16));
+}
+
 Result<TuningConfig> loadTuningConfig() {
   TuningConfig config;
   if (auto algo = envString("WEFT_ALGO")) WEFT_TRY(parseForcedAlgorithms(*algo, &config));

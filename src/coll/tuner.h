@@ -33,6 +33,11 @@ struct TuningConfig {
 
 Result<TuningConfig> loadTuningConfig();
 
+// A digest of `config`: ranks whose settings differ would choose different algorithms or chunk
+// sizes for one call, so init compares every rank's (WEFT_ALGO, WEFT_TUNE, WEFT_CHUNK_BYTES and
+// the WEFT_*_MAX_BYTES caps).
+uint16_t settingsDigest(const TuningConfig& config);
+
 // `bytes` is the shape's: the whole buffer, or one rank's block for the blocked collectives.
 Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
                           Collective collective, size_t bytes);

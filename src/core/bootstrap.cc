@@ -32,7 +32,7 @@ uint64_t localHostHash() {
 
 Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
                                   const plan::RankPlacement& placement, const topo::HostTopology& host,
-                                  const std::atomic<bool>* abortFlag) {
+                                  uint16_t settingsDigest, const std::atomic<bool>* abortFlag) {
   Deadline deadline = Deadline::afterMs(timeoutMs);
   Rendezvous out;
 
@@ -45,6 +45,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   RankHello hello{};
   hello.magic = kHelloMagic;
   hello.version = kProtocolVersion;
+  hello.settingsDigest = settingsDigest;
   std::memcpy(hello.secret, id.secret.data(), sizeof(hello.secret));
   hello.rank = rank;
   hello.nranks = nranks;

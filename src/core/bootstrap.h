@@ -20,6 +20,7 @@ struct PeerInfo {
   std::string hostName;
   uint64_t hostHash = 0;  // equal on ranks that share a host (same boot id and hostname)
   uint32_t pid = 0;
+  uint16_t settingsDigest = 0;  // see joinRendezvous
   plan::RankPlacement placement;  // .host is not on the wire: the planner derives it from hostHash
 };
 
@@ -35,11 +36,11 @@ struct Rendezvous {
 Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret,
                           int lifetimeMs, transport::SocketAddress* bound);
 
-// Joins the rendezvous of `id` as `rank` of `nranks`, telling the others where it sits and
-// where it listens (on each of `host`'s NICs too).
+// Joins the rendezvous of `id` as `rank` of `nranks`, telling the others where it sits, where it
+// listens (on each of `host`'s NICs too) and a digest of the settings all ranks must share.
 Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nranks, int timeoutMs,
                                   const plan::RankPlacement& placement, const topo::HostTopology& host,
-                                  const std::atomic<bool>* abortFlag);
+                                  uint16_t settingsDigest, const std::atomic<bool>* abortFlag);
 
 // This host's identity: hostname and kernel boot id, hashed.
 uint64_t localHostHash();

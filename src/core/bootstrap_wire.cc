@@ -49,6 +49,7 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     }
     peers[r].pid = records[r].pid;
     peers[r].hostHash = records[r].hostHash;
+    peers[r].settingsDigest = static_cast<uint16_t>(records[r].settingsDigest);
     peers[r].hostName.assign(records[r].hostName, strnlen(records[r].hostName, sizeof(records[r].hostName)));
     // Out-of-range values mean "unknown": the planner only ever compares them.
     const WirePlacement& w = records[r].placement;

@@ -37,7 +37,7 @@ constexpr int16_t kPlacementNoSharedMemory = 1;  // the rank keeps all its pairs
 struct RankHello {
   uint32_t magic;
   uint16_t version;
-  uint16_t reserved;
+  uint16_t settingsDigest;  // of the settings every rank must share (coll::settingsDigest)
   uint8_t secret[32];
   int32_t rank;
   int32_t nranks;
@@ -55,7 +55,7 @@ struct PeerRecord {
   transport::WireAddress listen;
   transport::WireAddress rails[kMaxRails];
   uint32_t pid;
-  uint32_t reserved;
+  uint32_t settingsDigest;  // the rank's hello's
   uint64_t hostHash;
   char hostName[kHostNameBytes];
   WirePlacement placement;

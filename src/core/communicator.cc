@@ -102,7 +102,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
   mine.sharedMemory = config.shm.policy != transport::ShmPolicy::Never;
   WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous,
-                        joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, abortFlag));
+                        joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, coll::settingsDigest(tuning),
+                                       abortFlag));
+  for (int r = 0; r < nranks; ++r) {
+    const PeerInfo& peer = rendezvous.peers[static_cast<size_t>(r)];
+    if (peer.settingsDigest != coll::settingsDigest(tuning)) {
+      return Status(weftInvalidUsage,
+                    formatString("rank %d (%s) runs with different tuning settings than rank %d: set WEFT_ALGO, "
+                                 "WEFT_TUNE, WEFT_CHUNK_BYTES and WEFT_RD/ONESHOT/TREE_MAX_BYTES alike on every rank",
+                                 r, peer.hostName.c_str(), rank));
+    }
+  }
   const std::vector<plan::RankPlacement> placements = placementsOf(rendezvous.peers);
   plan::Plan plan = plan::makePlan(placements);
   if (rank == 0) WEFT_INFO("plan: %s", plan::describePlan(plan, placements).c_str());
