@@ -167,14 +167,9 @@ TEST_CASE("bootstrap: a root out of descriptors waits, it does not spin", "[boot
     close(filler.back());  // room for the connecting socket only: the root's accept fails
     auto connected = transport::connectTo(root, Deadline::afterMs(5000));
     if (!connected.isOk()) _exit(3);
-    auto cpu = [] {
-      rusage usage{};
-      getrusage(RUSAGE_SELF, &usage);
-      return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-    };
-    const double before = cpu();
+    const double before = processCpuSeconds();
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    const double used = cpu() - before;
+    const double used = processCpuSeconds() - before;
     std::fprintf(stderr, "%.3f s of CPU in 1 s\n", used);
     _exit(used < 0.3 ? 0 : 1);
   }

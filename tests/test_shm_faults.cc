@@ -5,7 +5,6 @@
 
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -356,18 +355,13 @@ TEST_CASE("shm: a rank waiting on a slow peer sleeps while a finished peer's soc
       return 0;
     }
     float from1 = -1, from2 = -1;
-    const auto cpu = [] {
-      rusage usage{};
-      getrusage(RUSAGE_SELF, &usage);
-      return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-    };
-    const double cpuBefore = cpu();
+    const double cpuBefore = processCpuSeconds();
     const auto wallBefore = Clock::now();
     RANK_WEFT(ctx, weftGroupStart());
     RANK_WEFT(ctx, weftRecv(&from1, 1, weftFloat32, 1, comm, nullptr));
     RANK_WEFT(ctx, weftRecv(&from2, 1, weftFloat32, 2, comm, nullptr));
     RANK_WEFT(ctx, weftGroupEnd());
-    const double cpuSeconds = cpu() - cpuBefore;
+    const double cpuSeconds = processCpuSeconds() - cpuBefore;
     const double wallSeconds = std::chrono::duration<double>(Clock::now() - wallBefore).count();
     RANK_CHECK(ctx, from1 == 1 && from2 == 2, "received %g and %g", from1, from2);
     // Waiting about a second and a half: a sleeper uses a few milliseconds of it, a poller all.
