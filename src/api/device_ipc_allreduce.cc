@@ -182,11 +182,10 @@ Status checkPeers(const std::shared_ptr<CommState>& state) {
   return Status::ok();
 }
 
-// Queued device barriers that cannot be completed (an error while queueing the rest of the
-// operation) are released, so that neither this rank's stream nor the peers wait forever.
-// An operation that fails once under way leaves the ranks out of step (the peers queued barriers
-// and took buffers this rank did not), so its next one would pair with their last: the path is
-// marked broken, and with barriers on the device the peers' waits are released as failed.
+// An operation that fails while being queued leaves the ranks out of step (the peers queued
+// barriers and took buffers this rank did not), so its next one would pair with their last: the
+// path is marked broken, and with barriers on the device the queued ones are released as
+// failed, so that neither this rank's stream nor the peers wait forever.
 struct BreakUnlessQueued {
   const std::shared_ptr<CommState>& state;
   bool onDevice = false;

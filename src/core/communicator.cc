@@ -97,16 +97,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                                                            const CommConfig& config,
                                                            const std::atomic<bool>* abortFlag) {
   WEFT_ASSIGN_OR_RETURN(coll::TuningConfig tuning, coll::loadTuningConfig());
+  const uint16_t settings = coll::settingsDigest(tuning);
   WEFT_ASSIGN_OR_RETURN(auto host, topo::processTopology());
   const int numa = plan::currentNumaNode(*host);
   plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
   mine.sharedMemory = config.shm.policy != transport::ShmPolicy::Never;
   WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous,
-                        joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, coll::settingsDigest(tuning),
-                                       abortFlag));
+                        joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, settings, abortFlag));
   for (int r = 0; r < nranks; ++r) {
     const PeerInfo& peer = rendezvous.peers[static_cast<size_t>(r)];
-    if (peer.settingsDigest != coll::settingsDigest(tuning)) {
+    if (peer.settingsDigest != settings) {
       return Status(weftInvalidUsage,
                     formatString("rank %d (%s) runs with different tuning settings than rank %d: set WEFT_ALGO, "
                                  "WEFT_TUNE, WEFT_CHUNK_BYTES and WEFT_RD/ONESHOT/TREE_MAX_BYTES alike on every rank",

@@ -102,8 +102,8 @@ Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
     return Status(weftSystemError, "getrandom: " + errnoString(errno));
   }
   ShmSegment segment;
-  segment.name_ = formatString("/weft-%s-%llx.%ld-%016llx", tag.c_str(), pidNamespace(), static_cast<long>(::getpid()),
-                               static_cast<unsigned long long>(nonce));
+  segment.name_ = formatString("/weft-%s-%llx.%ld-%012llx", tag.c_str(), pidNamespace(), static_cast<long>(::getpid()),
+                               static_cast<unsigned long long>(nonce & 0xffffffffffffull));
   UniqueFd fd(::shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return Status(weftSystemError, "cannot create shared memory " + segment.name_ + ": " + errnoString(errno));

@@ -22,7 +22,8 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
-  // Creates and maps a new segment of `bytes` named "/weft-<tag>-<pid namespace>.<pid>-<nonce>".
+  // Creates and maps a new segment of `bytes` named "/weft-<tag>-<pid namespace>.<pid>-<nonce>"
+  // (48 random bits).
   // ENOSPC (a small /dev/shm) is weftSystemError with the size that was needed. A process's
   // first call also removes this user's segments whose creator has died (see the .cc).
   static Result<ShmSegment> create(const std::string& tag, size_t bytes);

@@ -132,6 +132,9 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
     mine.status = kDeclined;
   } else {
     auto made = ShmSegment::create(tag, bytes);
+    if (made.isOk() && made.value().name().size() >= sizeof(mine.name)) {
+      made = Status(weftInternalError, "the shared-memory segment name " + made.value().name() + " is too long");
+    }
     if (made.isOk()) {
       outbound = made.take();
       new (outbound.data()) shm::RingControl{shm::kRingMagic, shm::kRingVersion, options.slots, options.slotBytes,
