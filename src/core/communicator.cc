@@ -8,9 +8,7 @@
 #include <functional>
 
 #include "core/bootstrap.h"
-#include "coll/arena_allgather.h"
 #include "coll/arena_allreduce.h"
-#include "coll/arena_broadcast.h"
 #include "coll/schedule_merge.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
@@ -163,39 +161,6 @@ Status Communicator::fail(Status status) {
 
 namespace {
 
-bool isPointToPoint(const CollectiveCall& call) {
-  return call.collective == coll::Collective::Send || call.collective == coll::Collective::Recv;
-}
-
-size_t callBytes(const CollectiveCall& call) { return call.count * kernels::dataTypeSize(call.type); }
-
-// Bytes of the send buffer: n blocks for reduce-scatter, scatter and alltoall, else one.
-size_t inputBytes(const CollectiveCall& call, int nranks) {
-  switch (call.collective) {
-    case coll::Collective::ReduceScatter:
-    case coll::Collective::Scatter:
-    case coll::Collective::AlltoAll: return callBytes(call) * static_cast<size_t>(nranks);
-    default: return callBytes(call);
-  }
-}
-
-// A digest of what every rank of one call agrees on, so that a rank in a different call (or the
-// same collective with another count, type, operator or root) is caught at its first message.
-// A multiply-xorshift mix: it runs on every call's latency path.
-transport::MessageTag messageTag(const CollectiveCall& call) {
-  const bool p2p = isPointToPoint(call);
-  const uint64_t fields[] = {p2p ? 0xffu : static_cast<uint64_t>(call.collective), call.count,
-                             static_cast<uint64_t>(call.type),
-                             coll::isReducing(call.collective) ? static_cast<uint64_t>(call.op) : 0,
-                             p2p ? 0 : static_cast<uint64_t>(call.root)};
-  uint64_t hash = 0x9e3779b97f4a7c15ull;
-  for (uint64_t field : fields) {
-    hash = (hash ^ field) * 0xbf58476d1ce4e5b9ull;
-    hash ^= hash >> 31;
-  }
-  return static_cast<transport::MessageTag>(hash ^ (hash >> 32));
-}
-
 // Pairs the k-th send to this rank itself with the k-th receive from it, and copies.
 Status copyToSelf(std::span<const CollectiveCall> calls, int self) {
   std::vector<const CollectiveCall*> sends, recvs;
@@ -336,91 +301,6 @@ Status Communicator::measureLinks() {
 void Communicator::forgetChoices() {
   algorithms_.clear();
   lastAlgorithm_.reset();
-}
-
-bool Communicator::suitsArena(const CollectiveCall& call) {
-  // Decided alike on every rank: from the call and from what every rank knows.
-  // Whether the arena could serve it is asked first: it is cheaper than the tuner's choice.
-  const size_t bytes = callBytes(call);
-  constexpr auto kOneShot = coll::Algorithm::OneShot;
-  return bytes > 0 && coll::runsOnArena(layout_, call.collective, kOneShot, bytes) &&
-         algorithmFor(call.collective, bytes) == kOneShot;
-}
-
-Status Communicator::setUpArena(const Deadline& deadline) {
-  // Each rank creates its segment; the names go round (an all-gather on the executor); each
-  // rank maps every other's, and a MIN all-reduce tells whether all did. Then every name goes,
-  // so nothing is left in /dev/shm whatever happens to the processes later.
-  struct Record {
-    uint8_t ok;
-    char name[63];
-  };
-  Record mine{};
-  WEFT_TRY(connectAll("all-reduce", deadline));
-  std::optional<transport::ShmArena> created;
-  std::string why;
-  if (!shmEverywhere_) {
-    why = "not every connection of " + mesh_.describe(rank()) + " is shared memory";
-  } else {
-    auto made = transport::ShmArena::create(formatString("%08x-arena-%d", mesh_.secretDigest(), rank()), rank(),
-                                            size(), coll::kArenaSlotBytes);
-    if (!made.isOk()) {
-      why = made.status().message();
-    } else if (made.value().ownName().size() >= sizeof(mine.name)) {
-      why = "segment name too long";
-    } else {
-      created = made.take();
-      mine.ok = 1;
-      std::memcpy(mine.name, created->ownName().c_str(), created->ownName().size() + 1);
-    }
-  }
-  std::vector<Record> all(static_cast<size_t>(size()));
-  const CollectiveCall gather{coll::Collective::AllGather, &mine, all.data(), sizeof(Record), weftUint8};
-  WEFT_TRY(runScheduled({&gather, 1}, deadline));
-  uint8_t attached = mine.ok;
-  for (int peer = 0; peer < size() && attached; ++peer) {
-    const Record& r = all[static_cast<size_t>(peer)];
-    if (!r.ok) {
-      attached = 0;
-      why = mesh_.describe(peer) + " could not create its segment";
-    } else if (peer != rank()) {
-      Status s = created->attach(peer, std::string(r.name, strnlen(r.name, sizeof(r.name))));
-      if (!s.isOk()) {
-        attached = 0;
-        why = s.message();
-      }
-    }
-  }
-  const CollectiveCall agree{coll::Collective::AllReduce, &attached, &attached, 1, weftUint8, weftMin};
-  WEFT_TRY(runScheduled({&agree, 1}, deadline));
-  if (created) created->unlinkOwn();
-  if (attached) {
-    arena_ = std::move(created);
-    WEFT_INFO("small all-reduces (up to %zu bytes), one-shot all-gathers and broadcasts go through a shared-memory arena",
-              coll::kArenaMaxBytes);
-  } else {
-    WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s",
-              why.empty() ? "a peer could not map the arena" : why.c_str());
-    layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
-    forgetChoices();
-  }
-  return Status::ok();
-}
-
-Status Communicator::runOnArena(const CollectiveCall& call) {
-  const char* name = coll::collectiveName(call.collective);
-  coll::ExecutionContext context{size(), name, Deadline::never(), config_.timeoutMs, abortFlag_, &mesh_, spin_.arena};
-  if (call.collective == coll::Collective::AllGather) {
-    const coll::ArenaAllGather a{call.send, call.recv, callBytes(call), messageTag(call)};
-    return coll::arenaAllGather(*arena_, &arenaSeq_, a, context);
-  }
-  if (call.collective == coll::Collective::Broadcast) {
-    const coll::ArenaBroadcast a{call.send, call.recv, callBytes(call), call.root, messageTag(call)};
-    return coll::arenaBroadcast(*arena_, &arenaSeq_, a, context);
-  }
-  coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
-  if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
-  return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
 }
 
 Status Communicator::runGroup(std::span<const CollectiveCall> calls) {

@@ -1,0 +1,102 @@
+// The communicator's shared-memory arena (transport/shm/shm_arena.h): which calls it serves,
+// setting it up with every rank of the host, and running a call on it.
+#include "core/communicator.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coll/arena_allgather.h"
+#include "coll/arena_allreduce.h"
+#include "coll/arena_broadcast.h"
+#include "util/log.h"
+
+namespace weft::core {
+
+bool Communicator::suitsArena(const CollectiveCall& call) {
+  // Decided alike on every rank: from the call and from what every rank knows.
+  // Whether the arena could serve it is asked first: it is cheaper than the tuner's choice.
+  const size_t bytes = callBytes(call);
+  constexpr auto kOneShot = coll::Algorithm::OneShot;
+  return bytes > 0 && coll::runsOnArena(layout_, call.collective, kOneShot, bytes) &&
+         algorithmFor(call.collective, bytes) == kOneShot;
+}
+
+Status Communicator::setUpArena(const Deadline& deadline) {
+  // Each rank creates its segment; the names go round (an all-gather on the executor); each
+  // rank maps every other's, and a MIN all-reduce tells whether all did. Then every name goes,
+  // so nothing is left in /dev/shm whatever happens to the processes later.
+  struct Record {
+    uint8_t ok;
+    char name[63];
+  };
+  Record mine{};
+  WEFT_TRY(connectAll("all-reduce", deadline));
+  std::optional<transport::ShmArena> created;
+  std::string why;
+  if (!shmEverywhere_) {
+    why = "not every connection of " + mesh_.describe(rank()) + " is shared memory";
+  } else {
+    auto made = transport::ShmArena::create(formatString("%08x-arena-%d", mesh_.secretDigest(), rank()), rank(),
+                                            size(), coll::kArenaSlotBytes);
+    if (!made.isOk()) {
+      why = made.status().message();
+    } else if (made.value().ownName().size() >= sizeof(mine.name)) {
+      why = "segment name too long";
+    } else {
+      created = made.take();
+      mine.ok = 1;
+      std::memcpy(mine.name, created->ownName().c_str(), created->ownName().size() + 1);
+    }
+  }
+  std::vector<Record> all(static_cast<size_t>(size()));
+  const CollectiveCall gather{coll::Collective::AllGather, &mine, all.data(), sizeof(Record), weftUint8};
+  WEFT_TRY(runScheduled({&gather, 1}, deadline));
+  uint8_t attached = mine.ok;
+  for (int peer = 0; peer < size() && attached; ++peer) {
+    const Record& r = all[static_cast<size_t>(peer)];
+    if (!r.ok) {
+      attached = 0;
+      why = mesh_.describe(peer) + " could not create its segment";
+    } else if (peer != rank()) {
+      Status s = created->attach(peer, std::string(r.name, strnlen(r.name, sizeof(r.name))));
+      if (!s.isOk()) {
+        attached = 0;
+        why = s.message();
+      }
+    }
+  }
+  const CollectiveCall agree{coll::Collective::AllReduce, &attached, &attached, 1, weftUint8, weftMin};
+  WEFT_TRY(runScheduled({&agree, 1}, deadline));
+  if (created) created->unlinkOwn();
+  if (attached) {
+    arena_ = std::move(created);
+    WEFT_INFO("small all-reduces (up to %zu bytes), one-shot all-gathers and broadcasts go through a shared-memory arena",
+              coll::kArenaMaxBytes);
+  } else {
+    WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s",
+              why.empty() ? "a peer could not map the arena" : why.c_str());
+    layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
+    forgetChoices();
+  }
+  return Status::ok();
+}
+
+Status Communicator::runOnArena(const CollectiveCall& call) {
+  const char* name = coll::collectiveName(call.collective);
+  coll::ExecutionContext context{size(), name, Deadline::never(), config_.timeoutMs, abortFlag_, &mesh_, spin_.arena};
+  if (call.collective == coll::Collective::AllGather) {
+    const coll::ArenaAllGather a{call.send, call.recv, callBytes(call), messageTag(call)};
+    return coll::arenaAllGather(*arena_, &arenaSeq_, a, context);
+  }
+  if (call.collective == coll::Collective::Broadcast) {
+    const coll::ArenaBroadcast a{call.send, call.recv, callBytes(call), call.root, messageTag(call)};
+    return coll::arenaBroadcast(*arena_, &arenaSeq_, a, context);
+  }
+  coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
+  if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
+  return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
+}
+
+}  // namespace weft::core
