@@ -104,6 +104,9 @@ Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
   ShmSegment segment;
   segment.name_ = formatString("/weft-%s-%llx.%ld-%012llx", tag.c_str(), pidNamespace(), static_cast<long>(::getpid()),
                                static_cast<unsigned long long>(nonce & 0xffffffffffffull));
+  if (segment.name_.size() > kMaxNameLength) {
+    return Status(weftInternalError, "the shared-memory segment name " + segment.name_ + " is too long");
+  }
   UniqueFd fd(::shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return Status(weftSystemError, "cannot create shared memory " + segment.name_ + ": " + errnoString(errno));

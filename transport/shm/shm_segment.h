@@ -22,8 +22,10 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
+  // Names travel to the peers in fixed fields: at most this many characters.
+  static constexpr size_t kMaxNameLength = 62;
   // Creates and maps a new segment of `bytes` named "/weft-<tag>-<pid namespace>.<pid>-<nonce>"
-  // (48 random bits).
+  // (48 random bits); a tag that makes it longer than kMaxNameLength is weftInternalError.
   // ENOSPC (a small /dev/shm) is weftSystemError with the size that was needed. A process's
   // first call also removes this user's segments whose creator has died (see the .cc).
   static Result<ShmSegment> create(const std::string& tag, size_t bytes);

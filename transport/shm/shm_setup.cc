@@ -131,10 +131,8 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
   if (options.policy == ShmPolicy::Never) {
     mine.status = kDeclined;
   } else {
+    static_assert(sizeof(mine.name) > ShmSegment::kMaxNameLength);
     auto made = ShmSegment::create(tag, bytes);
-    if (made.isOk() && made.value().name().size() >= sizeof(mine.name)) {
-      made = Status(weftInternalError, "the shared-memory segment name " + made.value().name() + " is too long");
-    }
     if (made.isOk()) {
       outbound = made.take();
       new (outbound.data()) shm::RingControl{shm::kRingMagic, shm::kRingVersion, options.slots, options.slotBytes,
