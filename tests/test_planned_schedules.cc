@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "coll/schedule_cache.h"
 #include "coll/tuner.h"
 #include "plan/planner.h"
 
@@ -162,6 +163,16 @@ TEST_CASE("planned schedules: the ring algorithms talk only to ring neighbours, 
       REQUIRE(neighbour);
     }
   }
+}
+
+TEST_CASE("schedule cache: one shape with another pipeline gets its own schedule", "[schedules]") {
+  const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(interleaved(1, 4, 8)));
+  const coll::CollectiveShape shape{.nranks = 4, .rank = 1, .count = 1 << 18, .elementSize = 4, .order = &order};
+  coll::ScheduleCache cache;
+  const auto coarse = cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 256 * 1024, .slots = 4});
+  const auto fine = cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 16 * 1024, .slots = 4});
+  CHECK(fine->steps.size() > coarse->steps.size());
+  CHECK(cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 256 * 1024, .slots = 4}) == coarse);
 }
 
 TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks per CPU", "[planner][tuner]") {
