@@ -347,6 +347,28 @@ TEST_CASE("init-all: ranks as threads, one thread driving them all in a group, i
     allReduceInOneGroup();
     for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 54.0, "rank %d inited in a group", i);
     for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
+
+    // Non-blocking inits in a group: weftGroupEnd leaves them running and says so. They cannot
+    // have finished by then: the last rank joins only afterwards.
+    RANK_WEFT(ctx, weftGetUniqueId(&id));
+    config.blocking = 0;
+    RANK_WEFT(ctx, weftGroupStart());
+    for (int i = 0; i < n - 1; ++i) {
+      weftResult_t rc = weftCommInitRankConfig(&comms[i], n, id, i, &config);
+      RANK_CHECK(ctx, rc == weftInProgress, "non-blocking init %d in a group returned %d", i, rc);
+    }
+    weftResult_t ended = weftGroupEnd();
+    RANK_CHECK(ctx, ended == weftInProgress, "weftGroupEnd over running non-blocking inits returned %d", ended);
+    weftResult_t rc = weftCommInitRankConfig(&comms[n - 1], n, id, n - 1, &config);
+    RANK_CHECK(ctx, rc == weftInProgress, "the last non-blocking init returned %d", rc);
+    for (int i = 0; i < n; ++i) {
+      weftResult_t state = weftInProgress;
+      while (state == weftInProgress) RANK_WEFT(ctx, weftCommGetAsyncError(comms[i], &state));
+      RANK_CHECK(ctx, state == weftSuccess, "non-blocking init %d ended with %d", i, state);
+    }
+    allReduceInOneGroup();
+    for (int i = 0; i < n; ++i) RANK_CHECK(ctx, data[static_cast<size_t>(i)][0] == 162.0, "rank %d inited non-blocking", i);
+    for (int i = 0; i < n; ++i) RANK_WEFT(ctx, weftCommDestroy(comms[i]));
     return 0;
   }));
 }

@@ -252,7 +252,8 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t stream);
  * receives inside a group never deadlock whatever their order. Groups nest; the outermost
  * weftGroupEnd issues. All calls of a group on one communicator must use the same stream.
  * A call that fails inside a group fails the group: weftGroupEnd returns its error and issues
- * nothing. */
+ * nothing. Inits inside a group run side by side: weftGroupEnd waits for blocking ones, and
+ * returns weftInProgress while a non-blocking one still runs (poll weftCommGetAsyncError). */
 WEFT_API weftResult_t weftGroupStart(void);
 WEFT_API weftResult_t weftGroupEnd(void);
 

@@ -145,7 +145,7 @@ extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nr
     weftResult_t rc = api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), false, "",
                                             gpu::currentDevice());
     if (rc != weftInProgress) return rc;
-    if (blocking) api::addInitToGroup(api::lookupComm(*comm));
+    api::addInitToGroup(api::lookupComm(*comm), blocking);
     return blocking ? weftSuccess : weftInProgress;
   }
   return api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), blocking, "", gpu::currentDevice());

@@ -21,8 +21,31 @@ struct OpenGroup {
   int depth = 0;
   weftResult_t firstError = weftSuccess;
   std::vector<GroupedCall> calls;
-  std::vector<std::shared_ptr<api::CommState>> inits;
+  std::vector<std::shared_ptr<api::CommState>> inits;             // blocking: waited for
+  std::vector<std::shared_ptr<api::CommState>> nonBlockingInits;  // left to be polled
 };
+
+weftResult_t initFailed(api::CommState& state, weftResult_t rc, const char* what) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(state.lastErrorMutex);
+    why = state.lastError;
+  }
+  return api::reportError(Status(rc, formatString("weftGroupEnd: %s in the group failed: %s", what, why.c_str())),
+                          &state);
+}
+
+// `result`, unless it is success and a non-blocking init of the group failed (its error) or
+// still runs (weftInProgress).
+weftResult_t withPendingInits(const OpenGroup& group, weftResult_t result) {
+  if (result != weftSuccess) return result;
+  for (const auto& state : group.nonBlockingInits) {
+    const auto rc = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
+    if (rc != weftSuccess && rc != weftInProgress) return initFailed(*state, rc, "a non-blocking init");
+    if (rc == weftInProgress) result = weftInProgress;
+  }
+  return result;
+}
 
 thread_local OpenGroup tlsGroup;
 
@@ -80,7 +103,9 @@ void failGroup(weftResult_t code) {
   if (tlsGroup.firstError == weftSuccess) tlsGroup.firstError = code;
 }
 
-void addInitToGroup(std::shared_ptr<CommState> state) { tlsGroup.inits.push_back(std::move(state)); }
+void addInitToGroup(std::shared_ptr<CommState> state, bool blocking) {
+  (blocking ? tlsGroup.inits : tlsGroup.nonBlockingInits).push_back(std::move(state));
+}
 
 bool groupHolds(const CommState* state) {
   return std::any_of(tlsGroup.calls.begin(), tlsGroup.calls.end(),
@@ -106,13 +131,7 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   for (const auto& state : group.inits) {
     api::joinInit(*state);
     const auto rc = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
-    if (initResult != weftSuccess || rc == weftSuccess) continue;
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(state->lastErrorMutex);
-      why = state->lastError;
-    }
-    initResult = api::reportError(Status(rc, "weftGroupEnd: an init in the group failed: " + why), state.get());
+    if (initResult == weftSuccess && rc != weftSuccess) initResult = initFailed(*state, rc, "an init");
   }
   if (initResult != weftSuccess) return initResult;
   if (group.firstError != weftSuccess) {
@@ -140,7 +159,8 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     }
     it->calls.push_back(g.call);
   }
-  if (batches.size() == 1) return issueBatch(batches[0]);
+  if (batches.empty()) return withPendingInits(group, weftSuccess);
+  if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
   // Several communicators: queue the stream work (host or GPU) first, then run the rest side by
   // side.
   weftResult_t result = weftSuccess;
@@ -154,5 +174,5 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     if (result == weftSuccess) result = r;
   }
   weftResult_t r = runConcurrently(blocking);
-  return result == weftSuccess ? r : result;
+  return withPendingInits(group, result == weftSuccess ? r : result);
 }

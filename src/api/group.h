@@ -15,9 +15,10 @@ void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const cor
 void failGroup(weftResult_t code);
 // Whether the calling thread's open group holds calls on this communicator.
 bool groupHolds(const CommState* state);
-// A blocking init started inside the group (on its own thread, as a non-blocking one):
-// the outermost weftGroupEnd waits for it, so one thread can init several ranks, as NCCL's
-// ncclGroupStart / ncclCommInitRank... / ncclGroupEnd.
-void addInitToGroup(std::shared_ptr<CommState> state);
+// An init started inside the group, on its own thread. A blocking one the outermost
+// weftGroupEnd waits for, so one thread can init several ranks, as NCCL's ncclGroupStart /
+// ncclCommInitRank... / ncclGroupEnd; a non-blocking one it leaves running, and then returns
+// weftInProgress, as NCCL's does, for the caller to poll weftCommGetAsyncError.
+void addInitToGroup(std::shared_ptr<CommState> state, bool blocking);
 
 }  // namespace weft::api
