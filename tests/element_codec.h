@@ -68,8 +68,10 @@ inline uint64_t widthMask(weftDataType_t t) {
   return typeSize(t) == 8 ? ~0ull : (1ull << (8 * typeSize(t))) - 1;
 }
 
-// The input of `rank` at element i for op: small integers every format holds exactly.
-inline double inputValue(weftDataType_t t, weftRedOp_t op, int rank, size_t i) {
+// The input of `rank` (of nranks) at element i for op: small integers every format holds
+// exactly, and for float Avg multiples of nranks, so that inputs divided first (narrow floats,
+// as NCCL) and sums divided last (the others) are both exact.
+inline double inputValue(weftDataType_t t, weftRedOp_t op, int rank, int nranks, size_t i) {
   auto k = static_cast<int64_t>((static_cast<uint64_t>(rank) * 7 + i * 13) % 17);
   bool isSigned = isSignedType(t) || isFloatType(t);
   switch (op) {
@@ -77,7 +79,7 @@ inline double inputValue(weftDataType_t t, weftRedOp_t op, int rank, size_t i) {
     case weftMax:
     case weftMin: return isSigned ? static_cast<double>(k - 8) : static_cast<double>(k);
     default:  // Sum, Avg: keep every partial sum of up to 8 ranks exact in fp8 e5m2
-      if (isFloatType(t)) return static_cast<double>(k % 2);
+      if (isFloatType(t)) return static_cast<double>(k % 2) * (op == weftAvg ? nranks : 1);
       return isSigned ? static_cast<double>(k - 8) : static_cast<double>(k);
   }
 }
@@ -88,18 +90,14 @@ inline bool reducedMatches(const void* buf, size_t at, size_t i, weftDataType_t 
   if (isFloatType(t)) {
     double expect = op == weftProd ? 1 : op == weftMax ? -1e300 : op == weftMin ? 1e300 : 0;
     for (int r = 0; r < nranks; ++r) {
-      double v = inputValue(t, op, r, i);
+      double v = inputValue(t, op, r, nranks, i);
       if (op == weftProd) expect *= v;
       else if (op == weftMax) expect = std::max(expect, v);
       else if (op == weftMin) expect = std::min(expect, v);
       else expect += v;
     }
-    double got = loadFloat(buf, at, t);
-    if (op != weftAvg) return got == expect;
-    expect /= nranks;
-    double relative = t == weftFloat8e5m2 ? 0.125 : t == weftFloat8e4m3 ? 0.0625 : t == weftBfloat16 ? 0.0079
-                      : t == weftFloat16 ? 0.001 : 1e-6;
-    return std::fabs(got - expect) <= relative * std::fabs(expect) + 1e-12;
+    if (op == weftAvg) expect /= nranks;
+    return loadFloat(buf, at, t) == expect;
   }
   // Integers: exact modular arithmetic in the type's width, independent of the library.
   uint64_t mask = widthMask(t);
@@ -110,7 +108,7 @@ inline bool reducedMatches(const void* buf, size_t at, size_t i, weftDataType_t 
   };
   uint64_t acc = op == weftProd ? 1 : 0;
   for (int r = 0; r < nranks; ++r) {
-    uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(inputValue(t, op, r, i))) & mask;
+    uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(inputValue(t, op, r, nranks, i))) & mask;
     if (r == 0 && (op == weftMax || op == weftMin)) { acc = v; continue; }
     if (op == weftProd) acc = (acc * v) & mask;
     else if (op == weftMax) acc = isSignedType(t) ? (signExtend(v) > signExtend(acc) ? v : acc) : std::max(acc, v);

@@ -2,6 +2,7 @@
 // in place and out of place, long runs of back-to-back calls, two communicators at once.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -23,7 +24,7 @@ void checkAllCombinations(RankContext& ctx, weftComm_t comm, const std::vector<s
         for (bool inPlace : {false, true}) {
           size_t bytes = count * typeSize(type);
           std::vector<char> send(bytes + 1), recv(bytes + 1, static_cast<char>(0x5a));
-          for (size_t i = 0; i < count; ++i) storeValue(send.data(), i, type, inputValue(type, op, ctx.rank, i));
+          for (size_t i = 0; i < count; ++i) storeValue(send.data(), i, type, inputValue(type, op, ctx.rank, ctx.nranks, i));
           void* out = inPlace ? send.data() : recv.data();
           RANK_WEFT(ctx, weftAllReduce(send.data(), out, count, type, op, comm, nullptr));
           size_t wrong = 0, firstWrong = 0;
@@ -112,6 +113,45 @@ TEST_CASE("all-reduce: large messages through every algorithm and the ring pipel
         INFO(describeFailures(outcomes));
         for (const auto& o : outcomes) CHECK(o.exitCode == 0);
       }
+    }
+  }
+}
+
+TEST_CASE("Avg of narrow floats near their largest value: inputs are divided before the sum", "[allreduce][multiprocess]") {
+  // Every rank sends v, so the average is v; summed first, half would overflow to inf and fp8
+  // saturate (e4m3: 448 / 2 = 224). Through the arena (7 elements) and the executor's ring
+  // (50000), and a reduce-scatter.
+  struct Case {
+    weftDataType_t type;
+    double value, tolerance;  // relative: the rounding of v / n and of the sum
+  };
+  const Case cases[] = {{weftFloat16, 40000, 0.002}, {weftBfloat16, 3e38, 0.016},
+                        {weftFloat8e4m3, 288, 0.125}, {weftFloat8e5m2, 40960, 0.25}};
+  for (int n : {2, 3}) {
+    DYNAMIC_SECTION(n << " ranks") {
+      auto outcomes = runRanks(n, [&](RankContext& ctx) {
+        weftComm_t comm = nullptr;
+        RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        if (comm == nullptr) return 1;
+        for (const Case& c : cases) {
+          for (size_t count : {size_t{7}, size_t{50000}}) {
+            for (bool scatter : {false, true}) {
+              const size_t inCount = scatter ? count * static_cast<size_t>(ctx.nranks) : count;
+              std::vector<char> send(inCount * typeSize(c.type)), recv(count * typeSize(c.type));
+              for (size_t i = 0; i < inCount; ++i) storeValue(send.data(), i, c.type, c.value);
+              RANK_WEFT(ctx, scatter ? weftReduceScatter(send.data(), recv.data(), count, c.type, weftAvg, comm, nullptr)
+                                     : weftAllReduce(send.data(), recv.data(), count, c.type, weftAvg, comm, nullptr));
+              const double got = loadFloat(recv.data(), count - 1, c.type);
+              RANK_CHECK(ctx, std::fabs(got - c.value) <= c.tolerance * c.value, "type %d count %zu %s: avg of %g is %g",
+                         c.type, count, scatter ? "reduce-scatter" : "all-reduce", c.value, got);
+            }
+          }
+        }
+        RANK_WEFT(ctx, weftCommDestroy(comm));
+        return 0;
+      });
+      INFO(describeFailures(outcomes));
+      for (const auto& o : outcomes) CHECK(o.exitCode == 0);
     }
   }
 }

@@ -70,7 +70,7 @@ void checkBroadcast(const Call& c, int root) {
 
 void checkReduce(const Call& c, weftRedOp_t op, int root) {
   std::vector<char> send(c.bytes() + 1, kPoison), recv = poisoned(c.bytes());
-  for (size_t i = 0; i < c.count; ++i) storeValue(send.data(), i, c.type, inputValue(c.type, op, c.r(), i));
+  for (size_t i = 0; i < c.count; ++i) storeValue(send.data(), i, c.type, inputValue(c.type, op, c.r(), c.n(), i));
   char* out = c.inPlace ? send.data() : recv.data();
   RANK_WEFT(c.ctx, weftReduce(send.data(), out, c.count, c.type, op, root, c.comm, nullptr));
   if (c.r() == root) {
@@ -106,7 +106,7 @@ void checkAllGather(const Call& c) {
 void checkReduceScatter(const Call& c, weftRedOp_t op) {
   const size_t n = static_cast<size_t>(c.n()), total = n * c.count;
   std::vector<char> send(total * typeSize(c.type) + 1, kPoison), recv = poisoned(c.bytes());
-  for (size_t g = 0; g < total; ++g) storeValue(send.data(), g, c.type, inputValue(c.type, op, c.r(), g));
+  for (size_t g = 0; g < total; ++g) storeValue(send.data(), g, c.type, inputValue(c.type, op, c.r(), c.n(), g));
   const size_t first = static_cast<size_t>(c.r()) * c.count;
   char* out = c.inPlace ? send.data() + first * typeSize(c.type) : recv.data();
   RANK_WEFT(c.ctx, weftReduceScatter(send.data(), out, c.count, c.type, op, c.comm, nullptr));
@@ -287,7 +287,7 @@ TEST_CASE("all-reduce through the tree", "[collectives][multiprocess]") {
             for (size_t count : {size_t{1}, size_t{1001}}) {
               for (bool inPlace : {false, true}) {
                 std::vector<char> send(count * typeSize(type) + 1, kPoison), recv = poisoned(count * typeSize(type));
-                for (size_t i = 0; i < count; ++i) storeValue(send.data(), i, type, inputValue(type, op, ctx.rank, i));
+                for (size_t i = 0; i < count; ++i) storeValue(send.data(), i, type, inputValue(type, op, ctx.rank, ctx.nranks, i));
                 char* out = inPlace ? send.data() : recv.data();
                 RANK_WEFT(ctx, weftAllReduce(send.data(), out, count, type, op, comm, nullptr));
                 size_t wrong = 0;

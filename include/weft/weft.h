@@ -65,7 +65,9 @@ typedef enum {
 } weftDataType_t;
 
 /* Reduction operators: the same values as ncclRedOp_t. Avg divides the sum by the number of
- * ranks (truncating for integer types, as NCCL does). */
+ * ranks (truncating for integer types, as NCCL does). For half, bfloat16 and fp8 on host
+ * buffers each input is divided first, as NCCL does, so that the sum cannot saturate or overflow
+ * where the average fits; on device buffers the kernels sum in float and divide once. */
 typedef enum {
   weftSum = 0,
   weftProd = 1,

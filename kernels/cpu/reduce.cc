@@ -151,6 +151,10 @@ size_t dataTypeSize(weftDataType_t type) {
 
 bool isValidDataType(int type) { return type >= 0 && type < weftNumTypes; }
 
+bool isNarrowFloat(weftDataType_t type) {
+  return type == weftFloat16 || type == weftBfloat16 || type == weftFloat8e4m3 || type == weftFloat8e5m2;
+}
+
 const char* dataTypeName(weftDataType_t type) {
   switch (type) {
     case weftInt8: return "int8";

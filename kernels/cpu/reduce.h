@@ -13,6 +13,8 @@ size_t dataTypeSize(weftDataType_t type);
 bool isValidDataType(int type);
 const char* dataTypeName(weftDataType_t type);
 const char* redOpName(weftRedOp_t op);
+// Half, bfloat16 and the fp8 types: floats narrower than float, computed in float.
+bool isNarrowFloat(weftDataType_t type);
 
 // dst[i] = a[i] op b[i] for i < count, where op is Sum, Prod, Max or Min (Avg reduces as Sum and
 // is finished by divide()). dst may alias a or b exactly. Half, bfloat16 and fp8 are computed in

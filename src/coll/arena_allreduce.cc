@@ -14,6 +14,8 @@ Status arenaAllReduce(transport::ShmArena& arena, uint32_t seq, const ArenaAllRe
   if (bytes > arena.capacity()) return Status(weftInternalError, "arenaAllReduce: the input exceeds the arena's slot");
   if (call.scale != nullptr) {
     kernels::scale(arena.ownData(seq, bytes), call.send, call.count, call.type, call.scale);
+  } else if (call.divideInputs) {
+    kernels::divide(arena.ownData(seq, bytes), call.send, call.count, call.type, static_cast<uint64_t>(arena.size()));
   } else {
     std::memcpy(arena.ownData(seq, bytes), call.send, bytes);
   }

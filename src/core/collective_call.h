@@ -27,6 +27,14 @@ struct CollectiveCall {
   const void* scalarAt = nullptr;
 };
 
+// Avg over a narrow float type divides each rank's input by the rank count first (in float,
+// rounding once), then sums, as NCCL does: summed first, the inputs would saturate (fp8) or
+// overflow (half) where their average fits. Other types sum, then divide, which rounds once
+// (float, double) or truncates (integers, as NCCL).
+inline bool dividesInputs(const CollectiveCall& call) {
+  return call.op == weftAvg && kernels::isNarrowFloat(call.type);
+}
+
 inline bool isPointToPoint(const CollectiveCall& call) {
   return call.collective == coll::Collective::Send || call.collective == coll::Collective::Recv;
 }

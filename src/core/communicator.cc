@@ -345,17 +345,21 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
 
   std::vector<std::shared_ptr<const coll::Schedule>> schedules;
   std::vector<coll::OperationData> operations;
-  std::vector<std::unique_ptr<char, FreeDeleter>> staging;  // PreMulSum's scaled inputs
+  std::vector<std::unique_ptr<char, FreeDeleter>> staging;  // PreMulSum's scaled inputs, Avg's divided ones
   for (const CollectiveCall& original : calls) {
     if (isPointToPoint(original) && original.root == rank()) continue;  // copied above
     CollectiveCall call = original;
-    if (call.preMulSum) {
+    if (call.preMulSum || dividesInputs(call)) {
       const size_t bytes = inputBytes(call, size());
       staging.emplace_back(static_cast<char*>(std::malloc(std::max<size_t>(bytes, 1))));
       if (!staging.back()) return Status(weftSystemError, formatString("%s: out of memory for %zu bytes", what, bytes));
       const size_t elements = bytes / kernels::dataTypeSize(call.type);
-      kernels::scale(staging.back().get(), call.send, elements, call.type,
-                     call.scalarAt ? call.scalarAt : call.scalarValue.data());
+      if (call.preMulSum) {
+        kernels::scale(staging.back().get(), call.send, elements, call.type,
+                       call.scalarAt ? call.scalarAt : call.scalarValue.data());
+      } else {
+        kernels::divide(staging.back().get(), call.send, elements, call.type, static_cast<uint64_t>(size()));
+      }
       call.send = staging.back().get();
       call.op = weftSum;
     }

@@ -95,6 +95,10 @@ Status Communicator::runOnArena(const CollectiveCall& call) {
   }
   coll::ArenaAllReduce a{call.send, call.recv, call.count, call.type, call.op, nullptr, messageTag(call)};
   if (call.preMulSum) a.scale = call.scalarAt ? call.scalarAt : call.scalarValue.data();
+  if (dividesInputs(call)) {
+    a.op = weftSum;
+    a.divideInputs = true;
+  }
   return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
 }
 
