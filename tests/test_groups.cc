@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -288,10 +289,30 @@ TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "
     weftResult_t state = weftInProgress;
     while (all != nullptr && state == weftInProgress) RANK_WEFT(ctx, weftCommGetAsyncError(all, &state));
     RANK_CHECK(ctx, state == weftSuccess, "non-blocking split ended %d", state);
+    int newRank = -1;
+    RANK_WEFT(ctx, weftCommUserRank(all, &newRank));
+    RANK_CHECK(ctx, newRank == r, "equal keys keep the parent's order: rank %d became %d", r, newRank);
     int32_t v = 1;
     RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, all, nullptr));
     RANK_CHECK(ctx, v == ctx.nranks, "sum over the whole split: %d", v);
     RANK_WEFT(ctx, weftCommDestroy(all));
+
+    // One rank's bad color fails the split on every rank at once (not at the timeout), and
+    // leaves the parent working.
+    const auto start = std::chrono::steady_clock::now();
+    weftComm_t none = nullptr;
+    rc = weftCommSplit(comm, r == 2 ? -5 : 0, 0, &none, nullptr);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r == 2) {
+      RANK_CHECK(ctx, rc == weftInvalidArgument, "the bad color returned %d", rc);
+    } else {
+      RANK_CHECK(ctx, rc == weftInvalidUsage, "a split with a rejected rank returned %d", rc);
+      RANK_CHECK(ctx, std::strstr(weftGetLastError(comm), "rank 2") != nullptr, "error: %s", weftGetLastError(comm));
+    }
+    RANK_CHECK(ctx, none == nullptr && seconds < 10, "newcomm %p after %.1f s", static_cast<void*>(none), seconds);
+    v = 1;
+    RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, v == ctx.nranks, "sum over the parent after the rejected split: %d", v);
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   }));

@@ -142,7 +142,9 @@ WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, const int* de
 
 /* Splits comm into disjoint communicators, one per color; collective over comm. Ranks order by
  * key, then by their rank in comm. A rank passing WEFT_SPLIT_NOCOLOR joins none and gets NULL.
- * config NULL: the new communicator inherits comm's timeout (blocking init). */
+ * config NULL: the new communicator inherits comm's timeout (blocking init). A rank whose
+ * arguments are rejected (a negative color, a bad config, inside a group) still takes part, so
+ * every rank fails at once (weftInvalidUsage on the others) and comm stays usable. */
 #define WEFT_SPLIT_NOCOLOR -1
 WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm,
                                     weftConfig_t* config);

@@ -1,10 +1,12 @@
 // Communicators made in bulk or from others: weftCommInitAll and weftCommSplit.
 #include <algorithm>
+#include <climits>
 #include <numeric>
 #include <thread>
 #include <vector>
 
 #include "api/comm_init.h"
+#include "core/bootstrap_wire.h"
 #include "gpu/device_memory.h"
 #include "api/group.h"
 #include "kernels/cpu/reduce.h"
@@ -14,8 +16,9 @@ using namespace weft;
 extern "C" WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, const int* devlist) {
   constexpr const char* fn = "weftCommInitAll";
   if (comms == nullptr) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": comms is NULL"));
-  if (ndev < 1) {
-    return api::reportError(Status(weftInvalidArgument, formatString("%s: ndev must be at least 1, got %d", fn, ndev)));
+  if (ndev < 1 || ndev > core::kMaxRanks) {
+    return api::reportError(Status(weftInvalidArgument, formatString("%s: ndev must be in [1, %d], got %d", fn,
+                                                                     core::kMaxRanks, ndev)));
   }
   std::fill(comms, comms + ndev, nullptr);
   // devlist NULL: every rank uses the caller's current GPU, if any (ranks may share one).
@@ -65,6 +68,10 @@ extern "C" WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int ndev, co
 
 namespace {
 
+// The color a rank whose arguments were rejected sends in round 1, so that the others fail at
+// once instead of waiting for it until their timeout.
+constexpr int32_t kRejectedColor = INT32_MIN;
+
 // Everyone's (color, key), then the new communicator's members in rank order: by key, then by
 // rank in the parent.
 std::vector<int> membersOf(const std::vector<int32_t>& colorKey, int color) {
@@ -87,10 +94,14 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
   *newcomm = nullptr;
   auto state = api::lookupComm(comm);
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
-  Status checked;
   if (state->asyncResult.load() != weftSuccess || state->abortFlag.load()) {
-    checked = Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, failed or aborted)");
-  } else if (color < 0 && color != WEFT_SPLIT_NOCOLOR) {
+    // It cannot take part in the exchange: the others' ends at their timeout.
+    return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, "
+                                                                       "failed or aborted)"),
+                            state.get());
+  }
+  Status checked;
+  if (color < 0 && color != WEFT_SPLIT_NOCOLOR) {
     checked = Status(weftInvalidArgument, formatString("%s: color %d is negative (only WEFT_SPLIT_NOCOLOR may be)", fn, color));
   } else if (api::groupIsOpen()) {
     checked = Status(weftInvalidUsage, std::string(fn) + ": not allowed inside a group");
@@ -98,17 +109,24 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
   core::CommConfig newConfig = state->config;
   bool blocking = true;
   if (checked.isOk()) checked = api::checkConfig(config, &newConfig, &blocking).withContext(fn);
-  if (!checked.isOk()) return api::reportError(checked, state.get());
   const int nranks = state->nranks, rank = state->rank;
 
-  // Round 1: every rank's color and key.
+  // Round 1: every rank's color and key; a rank whose arguments were rejected still takes part.
   std::vector<int32_t> colorKey(2 * static_cast<size_t>(nranks));
-  const int32_t mine[2] = {color, key};
+  const int32_t mine[2] = {checked.isOk() ? color : kRejectedColor, key};
   weftResult_t r = api::issue(state, nullptr, fn, [&](core::Communicator& c) {
     core::CollectiveCall call{coll::Collective::AllGather, mine, colorKey.data(), 2, weftInt32};
     return c.run(call);
   });
+  if (!checked.isOk()) return api::reportError(checked, state.get());
   if (r != weftSuccess) return r;
+  for (int q = 0; q < nranks; ++q) {
+    if (colorKey[2 * static_cast<size_t>(q)] == kRejectedColor) {
+      return api::reportError(Status(weftInvalidUsage, formatString("%s: rank %d's arguments were rejected (its error "
+                                                                    "says why); no communicator was made", fn, q)),
+                              state.get());
+    }
+  }
   const std::vector<int> members = membersOf(colorKey, color);
 
   // Round 2: each new communicator's first member makes its id and hands it out. A failure
