@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -358,7 +359,8 @@ TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators 
     expect(weftCommSplit(comm, 0, 0, nullptr, nullptr), weftInvalidArgument, "newcomm is NULL", "NULL newcomm");
     expect(weftCommInitAll(nullptr, 2, nullptr), weftInvalidArgument, "comms is NULL", "init-all NULL");
     weftComm_t few[1];
-    expect(weftCommInitAll(few, 0, nullptr), weftInvalidArgument, "ndev must be at least 1", "init-all ndev 0");
+    expect(weftCommInitAll(few, 0, nullptr), weftInvalidArgument, "ndev must be in [1, ", "init-all ndev 0");
+    expect(weftCommInitAll(few, INT_MAX, nullptr), weftInvalidArgument, "got 2147483647", "init-all ndev INT_MAX");
     const int noSuchGpu[1] = {4096};
     expect(weftCommInitAll(few, 1, noSuchGpu), weftInvalidArgument, "is not a GPU of this process", "init-all devlist");
     RANK_WEFT(ctx, weftCommDestroy(comm));
