@@ -80,6 +80,14 @@ T loadAs(const void* buffer, size_t index) {
 
 bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// splitmix64's finalizer: well-spread bits from consecutive inputs.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 }  // namespace
 
 const std::vector<DataType>& allDataTypes() {
@@ -165,40 +173,92 @@ CheckPattern::CheckPattern(const DataType& type, weftRedOp_t op, int nranks)
       nranks_(nranks),
       activeRanks_(std::clamp(type.exactBound / kMaxMagnitude, 1, nranks)),
       maxTwos_(std::min(nranks, type.maxPow2)),
+      avgMultiple_(1),
       avgTolerance_(0.0) {
   if (op == weftAvg && type.kind == Kind::Float && !isPowerOfTwo(nranks)) {
-    // Worst case of n + 2 roundings (scaling, n - 1 additions, the final conversion), each
-    // off by at most half an ulp of the type.
-    const double unitRoundoff = std::ldexp(1.0, -(type.mantissaBits + 1));
-    avgTolerance_ = std::expm1((nranks + 2) * std::log1p(unitRoundoff));  // (1+u)^(n+2) - 1
+    // Inputs that are multiples of n keep avg exact both ways it may be computed: each input
+    // divided by n first, or the sum divided last. The format holds every integer up to
+    // 2^(mantissaBits + 1), which bounds the ranks that may contribute to one element.
+    const double exactInts = std::ldexp(1.0, type.mantissaBits + 1);
+    const int active = static_cast<int>(std::min<double>(nranks, exactInts / (nranks * kMaxMagnitude)));
+    if (active >= 1) {
+      avgMultiple_ = nranks;
+      activeRanks_ = active;
+    } else {
+      // Too narrow (fp8 on some rank counts): the worst case of n + 2 roundings (the divide,
+      // n - 1 additions, the final conversion), each off by at most half an ulp of the type.
+      const double unitRoundoff = std::ldexp(1.0, -(type.mantissaBits + 1));
+      avgTolerance_ = std::expm1((nranks + 2) * std::log1p(unitRoundoff));  // (1+u)^(n+2) - 1
+    }
   }
 }
 
 double CheckPattern::value(int rank, size_t index) const {
-  const size_t r = static_cast<size_t>(rank);
   const size_t n = static_cast<size_t>(nranks_);
-  // Which contributions are "special" rotates with the index, so every rank's data is used.
-  const size_t slot = (r + index) % n;
+  const uint64_t element = mix(index);                                          // alike on every rank
+  const uint64_t mine = mix(index ^ (static_cast<uint64_t>(rank) + 1) << 40);  // this rank's own
+  // Which ranks contribute specially to an element rotates with it, so every rank's data is used.
+  const size_t slot = (static_cast<size_t>(rank) + index) % n;
   const bool mayBeNegative = type_.kind != Kind::Unsigned;
   switch (op_) {
     case weftSum:
     case weftAvg: {
       if (slot >= static_cast<size_t>(activeRanks_)) return 0.0;
-      const double magnitude = static_cast<double>(1 + (r * 7 + index) % kMaxMagnitude);
+      const double magnitude = static_cast<double>(1 + mine % kMaxMagnitude) * avgMultiple_;
       // Avg stays non-negative so integer truncation is unambiguous.
-      const bool negative = op_ == weftSum && mayBeNegative && (r + index / n) % 3 == 2;
+      const bool negative = op_ == weftSum && mayBeNegative && (mine >> 8) % 3 == 2;
       return negative ? -magnitude : magnitude;
     }
     case weftProd: {
-      // Element `index` multiplies index % (maxTwos + 1) factors of 2; the rest are 1.
-      const size_t twos = index % static_cast<size_t>(maxTwos_ + 1);
+      // An element multiplies up to maxTwos factors of 2; the rest are 1.
+      const size_t twos = element % static_cast<size_t>(maxTwos_ + 1);
       const double factor = slot < twos ? 2.0 : 1.0;
-      const bool negative = mayBeNegative && (r * 3 + index) % 5 == 0;
+      const bool negative = mayBeNegative && (mine >> 8) % 5 == 0;
       return negative ? -factor : factor;
     }
-    default: {  // min, max: 0..7, shifted to -4..3 where negatives exist
-      const double v = static_cast<double>(index % 5 + (r * 3 + index) % 4);
+    case weftMax:
+    case weftMin: {
+      // One rank per element holds the extreme (5..7 for max, 0..2 for min) and the others
+      // hold what cannot reach it, so dropping any rank's data changes some result, and
+      // results vary from element to element. 0..7, shifted to -4..3 where negatives exist.
+      const bool holder = static_cast<size_t>(rank) == element % n;
+      const double extreme = static_cast<double>((element >> 16) % 3);
+      const double other = static_cast<double>(mine % 5);
+      const double v = op_ == weftMax ? (holder ? 5 + extreme : other) : (holder ? extreme : 3 + other);
       return mayBeNegative ? v - 4.0 : v;
+    }
+    default: return movedValue(mine);
+  }
+}
+
+// Any value the type holds but NaN and infinity, from the bits of `bits`: data that is moved,
+// not reduced, so that no two ranks or blocks look alike.
+double CheckPattern::movedValue(uint64_t bits) const {
+  switch (type_.kind) {
+    case Kind::Signed: {
+      const int width = std::min<int>(52, static_cast<int>(8 * type_.size));
+      return static_cast<double>(static_cast<int64_t>(bits << (64 - width)) >> (64 - width));
+    }
+    case Kind::Unsigned: return static_cast<double>(bits >> (64 - std::min<int>(52, static_cast<int>(8 * type_.size))));
+    case Kind::Float: break;
+  }
+  switch (type_.id) {
+    case weftFloat64: return std::ldexp(static_cast<double>(static_cast<int64_t>(bits) >> 11), -26);
+    case weftFloat32: {
+      auto word = static_cast<uint32_t>(bits);
+      if ((word & 0x7f800000u) == 0x7f800000u) word &= ~0x40000000u;  // inf / NaN: a finite value
+      float f;
+      std::memcpy(&f, &word, sizeof f);
+      return f;
+    }
+    default: {
+      const MiniFloat& f = type_.id == weftFloat16    ? kHalf
+                           : type_.id == weftBfloat16 ? kBfloat16
+                           : type_.id == weftFloat8e4m3 ? kE4M3
+                                                        : kE5M2;
+      const auto word = static_cast<uint32_t>(bits & ((1u << (1 + f.expBits + f.mantBits)) - 1));
+      const double v = decode(f, word);
+      return std::isfinite(v) ? v : decode(f, word & ~(1u << (f.mantBits + f.expBits - 1)));
     }
   }
 }
@@ -233,7 +293,9 @@ size_t CheckPattern::countWrong(const void* buffer, size_t count) const {
 
 bool CheckPattern::matches(double got, double want) const {
   if (avgTolerance_ == 0.0) return got == want;
-  return std::fabs(got - want) <= avgTolerance_ * std::fabs(want);
+  // Avg inputs are non-negative: an all-zero element stays exactly 0, any other stays positive.
+  if (want == 0.0 || !(got > 0.0)) return got == want;
+  return std::fabs(got - want) <= avgTolerance_ * want;
 }
 
 }  // namespace weftperf

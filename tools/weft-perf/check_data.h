@@ -1,12 +1,14 @@
 // Data types, reduction operators, and the deterministic data weft-perf uses to check results.
 //
-// Every rank fills its send buffer with small integers (or +-1 and 2 for prod) chosen from its
-// rank and the element index, sized per type so that every partial result the library may form,
-// in any order, is exactly representable (fp8 e5m2 keeps every integer up to 8 exact, e4m3 up to
-// 16). The reference for each element is then computed in double from the same formula, and the
-// received value must match exactly. The one exception is avg on a floating type with a rank
-// count that is not a power of two: 1/n is inexact, so the result may differ by the rounding a
-// pre-multiplied or post-divided sum can accumulate; that case uses a tolerance.
+// For the reducing collectives every rank fills its send buffer with small integers (or +-1 and
+// 2 for prod) hashed from its rank and the element index, sized per type so that every partial
+// result the library may form, in any order, is exactly representable (fp8 e5m2 keeps every
+// integer up to 8 exact, e4m3 up to 16). The reference for each element is then computed in
+// double from the same formula, and the received value must match exactly. Avg on a floating
+// type with a rank count that is not a power of two takes multiples of n, exact whether the
+// inputs are divided first or the sum last; where the type is too narrow for those (fp8) it
+// uses a tolerance instead. Data that is only moved (kMovedOnly) is hashed bits: any finite
+// value of the type, so that no two ranks or blocks hold alike data.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +45,9 @@ const RedOp* findRedOp(std::string_view name);
 void storeValue(const DataType& type, void* buffer, size_t index, double value);
 double loadValue(const DataType& type, const void* buffer, size_t index);
 
+// The op of a CheckPattern for the collectives that move data without reducing it.
+constexpr weftRedOp_t kMovedOnly = weftNumOps;
+
 class CheckPattern {
  public:
   CheckPattern(const DataType& type, weftRedOp_t op, int nranks);
@@ -66,12 +71,14 @@ class CheckPattern {
 
  private:
   bool matches(double got, double want) const;
+  double movedValue(uint64_t bits) const;
 
   const DataType& type_;
   weftRedOp_t op_;
   int nranks_;
   int activeRanks_;      // sum/avg: ranks contributing a non-zero value to each element
   int maxTwos_;          // prod: most factors of 2 in one element's product
+  int avgMultiple_;      // avg: inputs are multiples of this
   double avgTolerance_;  // relative; 0 means exact comparison
 };
 

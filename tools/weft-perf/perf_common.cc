@@ -301,10 +301,16 @@ void printFooter(std::FILE* out, long long outOfBounds, bool checked, double avg
 }
 
 double averageBusBw(const std::vector<Row>& rows) {
-  if (rows.empty()) return 0.0;
   double total = 0.0;
-  for (const Row& row : rows) total += row.oop.busbw + row.ip.busbw;
-  return total / static_cast<double>(2 * rows.size());
+  size_t measured = 0;
+  for (const Row& row : rows) {
+    for (const Measurement* m : {&row.oop, &row.ip}) {
+      if (m->timeUs <= 0) continue;  // not run (send/recv has no in-place run)
+      total += m->busbw;
+      ++measured;
+    }
+  }
+  return measured == 0 ? 0.0 : total / static_cast<double>(measured);
 }
 
 // Schema: a JSON array with one object per row:

@@ -209,7 +209,7 @@ int Benchmark::run() {
 }
 
 void Benchmark::runSweep(const DataType& type, const RedOp& op) {
-  const CheckPattern pattern(type, collective_.reduces ? op.id : weftMax, nranks_);
+  const CheckPattern pattern(type, collective_.reduces ? op.id : kMovedOnly, nranks_);
   // The same data feeds the timed runs; every size uses a prefix of it.
   pattern.fill(send_.get(), rank_, options_.sweep.maxBytes / type.size);
   if (options_.gpu) gpu::toDevice(deviceSend_.get(), send_.get(), options_.sweep.maxBytes);

@@ -127,7 +127,7 @@ class Stress {
     char* send = inPlace ? arena + layout.sendBegin * type.size : send_.data() + offset;
     char* out = arena + layout.recvBegin * type.size;
     char* guard = arena + layout.guardBegin * type.size;
-    weftperf::CheckPattern pattern(type, coll.reduces ? op.id : weftMax, nranks_);
+    weftperf::CheckPattern pattern(type, coll.reduces ? op.id : weftperf::kMovedOnly, nranks_);
     std::memset(arena, kPoison, layout.guardBegin * type.size + kGuardBytes);
     pattern.fill(send, rank_, layout.sendElements);
 
