@@ -4,6 +4,7 @@
 // the same plan from every rank's point of view.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <climits>
@@ -11,8 +12,11 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/rails.h"
+#include "plan/placement.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
 
@@ -138,6 +142,32 @@ TEST_CASE("topology: live discovery round-trips through WEFT_TOPO_DUMP_FILE and 
   CHECK(again.value().nics.size() == live.value().nics.size());
   CHECK(again.value().gpus.size() == live.value().gpus.size());
   CHECK(again.value().cacheBytes == live.value().cacheBytes);
+}
+
+TEST_CASE("placement: a thread whose CPUs span two NUMA nodes is on neither", "[topology]") {
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  std::vector<unsigned> allowed;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) allowed.push_back(c);
+  }
+  if (allowed.size() < 2) {
+    WARN("skipped: needs 2 CPUs to run on");
+    return;
+  }
+  // A host whose first two allowed CPUs sit on two nodes.
+  weft::topo::HostTopology host;
+  host.pus = static_cast<int>(allowed.back()) + 1;
+  host.numaNodes = {{0, {allowed[0]}}, {1, {allowed[1]}}};
+  for (size_t i = 2; i < allowed.size(); ++i) host.numaNodes[1].cpus.push_back(allowed[i]);
+  std::thread([&] {
+    CHECK(weft::plan::currentNumaNode(host) == -1);  // unbound: both nodes
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(allowed[1], &one);
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);  // this thread only
+    CHECK(weft::plan::currentNumaNode(host) == 1);
+  }).join();
 }
 
 TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {

@@ -67,12 +67,25 @@ size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
 }
 
 int currentNumaNode(const topo::HostTopology& host) {
-  cpu_set_t cpus;
-  if (::sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return -1;
-  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &cpus)) return host.numaOfCpu(c);
+  // Sized for the machine, not CPU_SETSIZE (1024): hosts with more CPUs exist.
+  const size_t cpuCount = std::max<size_t>(CPU_SETSIZE, static_cast<size_t>(std::max(host.pus, 0)) * 2);
+  cpu_set_t* cpus = CPU_ALLOC(cpuCount);
+  if (cpus == nullptr) return -1;
+  const size_t bytes = CPU_ALLOC_SIZE(cpuCount);
+  int node = -1;
+  if (::sched_getaffinity(0, bytes, cpus) == 0) {
+    for (unsigned c = 0; c < cpuCount; ++c) {
+      if (!CPU_ISSET_S(c, bytes, cpus)) continue;
+      const int of = host.numaOfCpu(c);
+      if (of < 0 || (node >= 0 && of != node)) {  // unknown, or a second node: not bound to one
+        node = -1;
+        break;
+      }
+      node = of;
+    }
   }
-  return -1;
+  CPU_FREE(cpus);
+  return node;
 }
 
 }  // namespace weft::plan

@@ -32,7 +32,8 @@ double ranksPerCpu(const std::vector<RankPlacement>& ranks);
 // cache over its ranks); 0 where any host's cache is unknown.
 size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks);
 
-// The NUMA node of the CPUs this process may run on (the first allowed CPU's), or -1.
+// The NUMA node holding every CPU this thread may run on, or -1: unbound (CPUs on several
+// nodes) or unknown.
 int currentNumaNode(const topo::HostTopology& host);
 
 }  // namespace weft::plan
