@@ -98,6 +98,8 @@ TEST_CASE("planned schedules: with two channels the ring all-reduce runs both ri
   const plan::Plan plan = plan::makePlan(placements);
   const coll::RankOrder order = plan::rankOrderOf(plan);
   REQUIRE(order.channelRings.size() == 2);
+  // Hosts with a dozen NIC functions (ports, management, DPU) still get one channel per rail.
+  CHECK(plan::makePlan(interleaved(2, 2, 8, 12)).channels.size() == static_cast<size_t>(plan::kMaxChannels));
   REQUIRE(order.channelRings[0] != order.channelRings[1]);  // each host left by its other rank
   const int n = 4;
   const size_t count = 2 * 4 * 32 * 1024 / 4;  // each channel's blocks 32 KiB, the least that splits

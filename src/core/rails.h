@@ -9,12 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "plan/planner.h"
 #include "topo/topology.h"
 #include "transport/socket/socket_util.h"
 
 namespace weft::core {
 
-constexpr int kMaxRails = 4;
+constexpr int kMaxRails = plan::kMaxChannels;  // a rail per channel
 // A rank's listening address per NIC of its host; length 0 where that NIC has none.
 using RailAddresses = std::array<transport::SocketAddress, kMaxRails>;
 

@@ -123,7 +123,7 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
     for (const auto& local : byHost) {
       if (!local.empty()) fewest = std::min(fewest, ranks[static_cast<size_t>(local.front())].nicCount);
     }
-    channels = std::max(1, fewest);
+    channels = std::clamp(fewest, 1, kMaxChannels);
   }
   for (int c = 0; c < channels; ++c) {
     Channel channel;

@@ -4,10 +4,10 @@
 //
 // Rings keep each host's ranks contiguous, so a ring crosses between hosts exactly once per
 // host; within a host ranks go by NUMA node, then GPU (PCI order), then rank. With several
-// hosts there is one channel per NIC (the fewest any host has), and in channel c each host's
-// segment is rotated to leave and enter the host through the ranks closest to NIC c. Trees are
-// NCCL's double binary trees over the hosts (each host interior in at most one of the two),
-// with a chain through the ranks of each host below its first rank.
+// hosts there is one channel per NIC (the fewest any host has, at most kMaxChannels), and in
+// channel c each host's segment is rotated to leave and enter the host through the ranks
+// closest to NIC c. Trees are NCCL's double binary trees over the hosts (each host interior in
+// at most one of the two), with a chain through the ranks of each host below its first rank.
 #pragma once
 
 #include <array>
@@ -36,6 +36,10 @@ struct Tree {
   std::vector<int> parent;                 // by rank; -1 at the root
   std::vector<std::vector<int>> children;  // by rank
 };
+
+// More NICs than this (ports, management NICs, DPU functions all count) add no channels: each
+// channel past the last rail would multiply the sockets per pair without a NIC of its own.
+constexpr int kMaxChannels = 4;
 
 struct Channel {
   std::vector<int> ring;  // every rank once, in ring order
