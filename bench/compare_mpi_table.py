@@ -292,8 +292,8 @@ def main(argv=None):
         except ValueError:
             parser.error(f"--run: '{nranks_text}' is not a rank count")
         try:
-            weft = load_median_rows(weft_path.split(","), f"weft ({nranks} ranks)", args.collective, redop)
-            mpi = load_median_rows(mpi_path.split(","), f"mpi ({nranks} ranks)", args.collective, redop)
+            weft = load_median_rows(weft_path.split(","), f"weft ({nranks} ranks)", args.collective, redop, nranks)
+            mpi = load_median_rows(mpi_path.split(","), f"mpi ({nranks} ranks)", args.collective, redop, nranks)
             bound = median_probe(run[3].split(",")) if want == 4 else {}
         except InputError as e:
             print(f"compare_mpi_table: {e}", file=sys.stderr)

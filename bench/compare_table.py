@@ -42,8 +42,9 @@ def warn(message):
     print(f"compare_table: warning: {message}", file=sys.stderr)
 
 
-def load_rows(path, label, collective="allreduce", redop="sum"):
-    """Returns {size: row} for the float rows of one collective (and reduction) in a JSON file."""
+def load_rows(path, label, collective="allreduce", redop="sum", nranks=None):
+    """Returns {size: row} for the float rows of one collective (and reduction) in a JSON file;
+    with nranks, every row must be of that many ranks (files mixed up fail, not compare)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -60,12 +61,15 @@ def load_rows(path, label, collective="allreduce", redop="sum"):
             if (row["collective"], row["type"], row["redop"]) != (collective, "float", redop):
                 continue
             size = int(row["size"])
+            row_ranks = int(row["nranks"])
             for placement in ("oop", "ip"):
                 if not isinstance(row[placement], dict):
                     raise TypeError(f"'{placement}' is not an object")
         except (KeyError, TypeError, ValueError) as e:
             warn(f"{label} row {index} skipped: malformed ({e!r})")
             continue
+        if nranks is not None and row_ranks != nranks:
+            raise InputError(f"{label} results {path}: a row of {row_ranks} ranks, not {nranks}")
         if size in rows:
             warn(f"{label}: more than one row for {size} B; using the first")
             continue
@@ -75,10 +79,10 @@ def load_rows(path, label, collective="allreduce", redop="sum"):
     return rows
 
 
-def load_median_rows(paths, label, collective="allreduce", redop="sum"):
+def load_median_rows(paths, label, collective="allreduce", redop="sum", nranks=None):
     """load_rows over several runs of the same sweep: per size present in every run, the median
     of each timing (time_us, algbw, busbw) and the worst data check. One path: its rows as is."""
-    runs = [load_rows(path, f"{label} run {i + 1}" if len(paths) > 1 else label, collective, redop)
+    runs = [load_rows(path, f"{label} run {i + 1}" if len(paths) > 1 else label, collective, redop, nranks)
             for i, path in enumerate(paths)]
     if len(runs) == 1:
         return runs[0]
@@ -295,7 +299,7 @@ def main(argv=None):
 
     try:
         weft = load_rows(args.weft, "weft")
-        gloo = load_rows(args.gloo, "gloo")
+        gloo = load_rows(args.gloo, "gloo", nranks=next(iter(weft.values()))["nranks"] if weft else None)
     except InputError as e:
         print(f"compare_table: {e}", file=sys.stderr)
         return 1
