@@ -386,3 +386,44 @@ TEST_CASE("bad input: ranks in different collectives of equal size get an error,
     return 0;
   }));
 }
+
+TEST_CASE("bad input: Avg on one rank and Sum on the other is an error, on the executor too", "[badinput]") {
+  // Half Avg divides the inputs first and then sums: the call must still be told from a Sum.
+  // 50000 elements: past the arena, through the executor's schedule.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = configWithTimeout(3000);
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    std::vector<uint16_t> data(50000, 0x3c00);  // 1.0
+    weftResult_t rc = weftAllReduce(data.data(), data.data(), data.size(), weftFloat16,
+                                    ctx.rank == 0 ? weftAvg : weftSum, comm, nullptr);
+    RANK_CHECK(ctx, rc != weftSuccess, "Avg against Sum succeeded");
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: a group whose self send has no receive fails the communicator", "[badinput]") {
+  // Rank 0's group fails after its all-reduce ran; had its communicator stayed usable, its next
+  // call would meet what rank 1 posted for this one.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = configWithTimeout(3000);
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    std::vector<float> data(100000, 1.0f);
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(data.data(), data.data(), data.size(), weftFloat32, weftSum, comm, nullptr));
+    if (ctx.rank == 0) RANK_WEFT(ctx, weftSend(data.data(), 4, weftFloat32, 0, comm, nullptr));
+    weftResult_t rc = weftGroupEnd();
+    if (ctx.rank == 0) {
+      RANK_CHECK(ctx, rc == weftInvalidUsage, "the unmatched self send returned %d", rc);
+      rc = weftAllReduce(data.data(), data.data(), data.size(), weftFloat32, weftSum, comm, nullptr);
+      RANK_CHECK(ctx, rc != weftSuccess && contains(weftGetLastError(comm), "failed earlier"),
+                 "the next call returned %d: %s", rc, weftGetLastError(comm));
+    }
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}

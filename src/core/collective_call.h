@@ -59,7 +59,7 @@ inline transport::MessageTag messageTag(const CollectiveCall& call) {
   const bool p2p = isPointToPoint(call);
   const uint64_t fields[] = {p2p ? 0xffu : static_cast<uint64_t>(call.collective), call.count,
                              static_cast<uint64_t>(call.type),
-                             coll::isReducing(call.collective) ? static_cast<uint64_t>(call.op) : 0,
+                             coll::isReducing(call.collective) ? static_cast<uint64_t>(call.op) | uint64_t{call.preMulSum} << 8 : 0,
                              p2p ? 0 : static_cast<uint64_t>(call.root)};
   uint64_t hash = 0x9e3779b97f4a7c15ull;
   for (uint64_t field : fields) {

@@ -312,10 +312,15 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
   // different point-to-point calls with the same collectives (as NCCL allows), and must still
   // meet in the arena. Those collectives run first, in the order issued, and the rest as one
   // schedule; a collective never waits on a point-to-point call that way round.
+  //
+  // Any error from here on may leave the peers inside this call (a rank-local one too: a
+  // self send without its receive, memory for staging), so it fails the communicator: a later
+  // call would otherwise meet what the peers posted for this one, tags alike, and succeed on
+  // the wrong data.
   size_t onArena = 0;
   for (const CollectiveCall& call : calls) onArena += suitsArena(call) ? 1 : 0;
-  if (onArena > 0 && !arena_) WEFT_TRY(setUpArena(Deadline::afterMs(config_.timeoutMs)));
-  if (onArena == 0 || !arena_) return runScheduled(calls, Deadline::afterMs(config_.timeoutMs));
+  if (onArena > 0 && !arena_) WEFT_TRY(fail(setUpArena(Deadline::afterMs(config_.timeoutMs))));
+  if (onArena == 0 || !arena_) return fail(runScheduled(calls, Deadline::afterMs(config_.timeoutMs)));
   if (calls.size() == 1) return fail(runOnArena(calls[0]));  // the latency path: no copies
   std::vector<CollectiveCall> rest;
   for (const CollectiveCall& call : calls) {
@@ -325,7 +330,7 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
       rest.push_back(call);
     }
   }
-  return rest.empty() ? Status::ok() : runScheduled(rest, Deadline::afterMs(config_.timeoutMs));
+  return rest.empty() ? Status::ok() : fail(runScheduled(rest, Deadline::afterMs(config_.timeoutMs)));
 }
 
 Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const Deadline& deadline) {
@@ -348,7 +353,7 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
   std::vector<std::unique_ptr<char, FreeDeleter>> staging;  // PreMulSum's scaled inputs, Avg's divided ones
   for (const CollectiveCall& original : calls) {
     if (isPointToPoint(original) && original.root == rank()) continue;  // copied above
-    CollectiveCall call = original;
+    CollectiveCall call = original;  // tagged as issued, before the rewrites below
     if (call.preMulSum || dividesInputs(call)) {
       const size_t bytes = inputBytes(call, size());
       staging.emplace_back(static_cast<char*>(std::malloc(std::max<size_t>(bytes, 1))));
@@ -366,7 +371,7 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
     const coll::CollectiveShape shape = shapeOf(call);
     const coll::Algorithm algorithm = algorithmFor(call.collective, shape.bytes());
     schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
-    operations.push_back({call.send, call.recv, call.type, call.op, messageTag(call)});
+    operations.push_back({call.send, call.recv, call.type, call.op, messageTag(original)});
   }
   if (schedules.empty()) return Status::ok();
   coll::Schedule merged;
@@ -382,7 +387,7 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
     return Status(weftSystemError, formatString("%s: out of memory for %zu bytes of scratch", what, schedule->scratchBytes));
   }
   coll::ExecutionContext context{size(), what, deadline, config_.timeoutMs, abortFlag_, &mesh_, spin_.executor};
-  return fail(coll::executeSchedule(*schedule, operations, scratchBuffer, context));
+  return coll::executeSchedule(*schedule, operations, scratchBuffer, context);
 }
 
 }  // namespace weft::core

@@ -27,11 +27,12 @@ Result<std::optional<int64_t>> envInt(const char* name, int64_t min, int64_t max
 }
 
 std::optional<uint64_t> parseByteSize(const std::string& text) {
-  if (text.empty()) return std::nullopt;
+  // Digits first: strtoull would skip spaces and take a sign ("-1" as 2^64 - 1).
+  if (text.empty() || text[0] < '0' || text[0] > '9') return std::nullopt;
   errno = 0;
   char* end = nullptr;
   unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || text[0] == '-') return std::nullopt;
+  if (errno != 0) return std::nullopt;
   uint64_t scale = 1;
   if (*end != '\0') {
     switch (*end) {

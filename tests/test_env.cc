@@ -1,0 +1,39 @@
+// Settings from the environment: sizes and integers parse as written or are refused, never
+// read as something else.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "util/env.h"
+
+using weft::parseByteSize;
+
+TEST_CASE("env: byte sizes take digits and one K/M/G suffix, nothing else", "[unit]") {
+  CHECK(parseByteSize("0") == 0u);
+  CHECK(parseByteSize("4096") == 4096u);
+  CHECK(parseByteSize("1K") == 1024u);
+  CHECK(parseByteSize("8m") == 8u << 20);
+  CHECK(parseByteSize("2G") == uint64_t{2} << 30);
+  for (const char* bad : {"", "-1", " -1", " 5", "+5", "1e9", "1KB", "K", "99999999999999999999", "17179869184G"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parseByteSize(bad).has_value());
+  }
+}
+
+TEST_CASE("env: integers outside their range or malformed are errors naming the variable", "[unit]") {
+  for (const char* bad : {"abc", "5x", "-1", "2147483648", ""}) {
+    CAPTURE(bad);
+    setenv("WEFT_TEST_INT", bad, 1);
+    auto value = weft::envInt("WEFT_TEST_INT", 0, 2147483647);
+    if (std::string(bad).empty()) {
+      CHECK((!value.isOk() || !value.value().has_value()));  // empty: unset or refused, never 0
+    } else {
+      REQUIRE_FALSE(value.isOk());
+      CHECK(value.status().message().find("WEFT_TEST_INT") != std::string::npos);
+    }
+  }
+  setenv("WEFT_TEST_INT", "42", 1);
+  CHECK(weft::envInt("WEFT_TEST_INT", 0, 100).value() == 42);
+  unsetenv("WEFT_TEST_INT");
+  CHECK_FALSE(weft::envInt("WEFT_TEST_INT", 0, 100).value().has_value());
+}
