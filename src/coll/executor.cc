@@ -18,6 +18,7 @@ namespace {
 // microseconds on some virtual machines, and a short spin makes both sides of an exchange sleep
 // in turn, so with a core per rank the spin must outlast a typical peer delay by a wide margin.
 constexpr int kBusyRounds = 16;  // idle rounds before spinning starts to yield the core
+constexpr uint32_t kChecksEvery = 64;  // rounds with progress between abort/deadline checks
 constexpr int kMaxSleepMs = 50;  // so abort and the deadline are seen promptly
 
 // A first-in first-out queue on one vector: unlike std::deque, an empty one allocates nothing,
@@ -73,6 +74,7 @@ class Run {
       if (remaining_[i] == 0) WEFT_TRY(markReady(i));
     }
     int idleRounds = 0;
+    uint32_t busyRounds = 0;
     std::chrono::steady_clock::time_point idleSince;
     while (completed_ < s_.steps.size()) {
       bool progressed = false;
@@ -87,6 +89,9 @@ class Run {
       for (size_t p = 0; p < peers_.size(); ++p) WEFT_TRY(progressPeer(p, &progressed));
       if (progressed || completed_ == s_.steps.size()) {
         idleRounds = 0;
+        // Still bounded while data trickles in: abort and the deadline end a call that keeps
+        // moving too (every few rounds: a clock read is not free on the latency path).
+        if ((++busyRounds & (kChecksEvery - 1)) == 0) WEFT_TRY(checkStillAllowed());
         continue;
       }
       WEFT_TRY(checkStillAllowed());
