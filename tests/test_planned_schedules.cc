@@ -175,6 +175,9 @@ TEST_CASE("schedule cache: one shape with another pipeline gets its own schedule
   const auto fine = cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 16 * 1024, .slots = 4});
   CHECK(fine->steps.size() > coarse->steps.size());
   CHECK(cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 256 * 1024, .slots = 4}) == coarse);
+  // A small ring all-reduce reserves slots of its blocks' size, not of the pipeline's chunk.
+  const coll::CollectiveShape small{.nranks = 4, .rank = 1, .count = 16, .elementSize = 4, .order = &order};
+  CHECK(cache.get(small, coll::Algorithm::Ring, {.chunkBytes = 512 * 1024, .slots = 4})->scratchBytes <= 4 * 64);
 }
 
 TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks per CPU", "[planner][tuner]") {

@@ -30,7 +30,11 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
   auto at = [&](BufferId buffer, int blk, size_t chunk) {
     return Region{buffer, layout.chunkBegin(blk, chunk) * esize};
   };
-  ScratchSlots slots(chunkElements * esize, static_cast<size_t>(pipeline.slots));
+  // A slot holds one chunk, and no chunk is longer than a block (ceil(count / n) elements): a
+  // small call must not reserve a whole pipeline chunk per slot.
+  const size_t largestBlock = (shape.count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n);
+  ScratchSlots slots(std::min(chunkElements, std::max<size_t>(largestBlock, 1)) * esize,
+                     static_cast<size_t>(pipeline.slots));
 
   // Reduce-scatter: after n-1 steps this rank holds the full reduction of block r+1.
   for (int s = 0; s < n - 1; ++s) {
