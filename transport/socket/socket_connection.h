@@ -1,6 +1,9 @@
-// A Connection over one or more TCP streams to a peer. Each message travels with a 16-byte
-// header (magic, length) so that a size mismatch is detected before any byte lands in the
-// receiver's buffer. Large messages are striped over the streams in contiguous parts.
+// A Connection over one or more TCP streams to a peer. Each message travels with a header
+// (magic, parts, length, tag) so that a mismatch fails the call. The header and payload are read
+// in one readv (a syscall fewer per message), so bytes of a mismatched message may land in the
+// receiver's buffer before the header is checked, never past its end; the call then fails, and
+// a failed call's output is undefined, as in NCCL. Large messages are striped over the streams
+// in contiguous parts.
 #pragma once
 
 #include <deque>
