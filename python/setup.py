@@ -1,8 +1,12 @@
 """pip install ./python: builds weft_torch against an installed Weft (cmake --install build).
 
 Finds Weft through pkg-config (PKG_CONFIG_PATH may point at PREFIX/lib/pkgconfig) or WEFT_PREFIX.
-Run with the Python that has torch (Debian: /usr/bin/python3), e.g.
-    /usr/bin/python3 -m pip install --no-build-isolation ./python
+Run with the Python that has torch (Debian: /usr/bin/python3). Debian's Python is externally
+managed and lacks pip and setuptools: install python3-pip and python3-setuptools and use a venv
+that sees the system's torch, e.g.
+    /usr/bin/python3 -m venv --system-site-packages /tmp/weft-venv
+    /tmp/weft-venv/bin/pip install --no-build-isolation ./python
+The supported route, built and tested by tools/setup.sh and ctest, is CMake's build/python.
 """
 
 import os

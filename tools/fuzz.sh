@@ -29,13 +29,18 @@ status=0
 for target in "${targets[@]}"; do
   mkdir -p "$probe/$target"
   echo "fuzz: $target for ${seconds}s"
-  if ! UBSAN_OPTIONS=halt_on_error=1 "build-fuzz/bin/fuzz_$target" -max_total_time="$seconds" -timeout=10 \
-      -artifact_prefix=build-fuzz/crashes/"$target"- -print_final_stats=1 \
-      "$probe/$target" "tests/fuzz/corpus/$target" 2>&1 | grep -E "^(stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)|Done"; then
-    :
-  fi
+  set +e
+  UBSAN_OPTIONS=halt_on_error=1 "build-fuzz/bin/fuzz_$target" -max_total_time="$seconds" -timeout=10 \
+    -artifact_prefix=build-fuzz/crashes/"$target"- -print_final_stats=1 \
+    "$probe/$target" "tests/fuzz/corpus/$target" 2>&1 | grep -E "^(stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)|Done"
+  fuzzer_status=${PIPESTATUS[0]}
+  set -e
+  # A crash leaves an artifact; a fuzzer that fails without one (at start-up) fails the run too.
   if ls build-fuzz/crashes/"$target"-* > /dev/null 2>&1; then
     echo "fuzz: $target CRASHED: see build-fuzz/crashes/"
+    status=1
+  elif ((fuzzer_status != 0)); then
+    echo "fuzz: fuzz_$target exited with status $fuzzer_status"
     status=1
   fi
 done

@@ -66,9 +66,11 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# Configured every time (cheap when nothing changed): a first configure that failed or was cut
+# short, or packages installed since, must not leave a stale cache behind.
 if [[ ! -f $build_dir/CMakeCache.txt ]]; then
   cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
-elif ((${#cmake_args[@]})); then
-  cmake "$build_dir" "${cmake_args[@]}"
+else
+  cmake -S "$root" -B "$build_dir" "${cmake_args[@]}"
 fi
 cmake --build "$build_dir" -j "$jobs"

@@ -1,6 +1,7 @@
 // The transport interface: one Connection per peer, with non-blocking posted sends and
-// receives of byte ranges (NCCL's net-plugin shape). Shared memory, sockets, CUDA IPC and RDMA
-// each implement it; the collective executor knows nothing else about them.
+// receives of byte ranges (NCCL's net-plugin shape). Shared memory and sockets implement it
+// (RDMA will); the collective executor knows nothing else about them. CUDA IPC is not a
+// Connection: the device all-reduce maps its peers' buffers (transport/cuda_ipc).
 //
 // Ordering: sends complete in the order they were posted, and so do receives; the n-th send
 // posted on one side matches the n-th receive posted on the other, and their sizes must agree
