@@ -34,6 +34,14 @@ weftConfig_t configWithTimeout(int ms) {
   return config;
 }
 
+// This rank's communicator over the job's id, with calls timing out after `ms`; NULL on failure.
+weftComm_t commWithTimeout(RankContext& ctx, int ms) {
+  weftConfig_t config = configWithTimeout(ms);
+  weftComm_t comm = nullptr;
+  RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+  return comm;
+}
+
 void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
@@ -211,9 +219,7 @@ TEST_CASE("bad input: a rank that never arrives gives weftTimeout naming it", "[
 
 TEST_CASE("bad input: abort from another thread ends a collective waiting on a silent peer", "[badinput]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftConfig_t config = configWithTimeout(60000);
-    weftComm_t comm = nullptr;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    weftComm_t comm = commWithTimeout(ctx, 60000);
     if (comm == nullptr) return 1;
     if (ctx.rank == 1) {
       std::this_thread::sleep_for(std::chrono::seconds(3));  // stays silent, then leaves
@@ -253,9 +259,7 @@ TEST_CASE("bad input: ranks with different tuning settings fail init, naming the
 
 TEST_CASE("bad input: mismatched counts across ranks end in an error, not a hang", "[badinput]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftConfig_t config = configWithTimeout(3000);
-    weftComm_t comm = nullptr;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    weftComm_t comm = commWithTimeout(ctx, 3000);
     if (comm == nullptr) return 1;
     size_t count = ctx.rank == 0 ? 100 : 1000;
     std::vector<float> v(count + 16, 1.0f);
@@ -371,9 +375,7 @@ TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators 
 TEST_CASE("bad input: ranks in different collectives of equal size get an error, not each other's data",
           "[badinput]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftConfig_t config = configWithTimeout(3000);
-    weftComm_t comm = nullptr;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    weftComm_t comm = commWithTimeout(ctx, 3000);
     if (comm == nullptr) return 1;
     // One message each way of 64 bytes on both ranks: only the call signature differs.
     std::vector<float> send(32, 1.0f), recv(32, 0.0f);
@@ -391,9 +393,7 @@ TEST_CASE("bad input: Avg on one rank and Sum on the other is an error, on the e
   // Half Avg divides the inputs first and then sums: the call must still be told from a Sum.
   // 50000 elements: past the arena, through the executor's schedule.
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftConfig_t config = configWithTimeout(3000);
-    weftComm_t comm = nullptr;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    weftComm_t comm = commWithTimeout(ctx, 3000);
     if (comm == nullptr) return 1;
     std::vector<uint16_t> data(50000, 0x3c00);  // 1.0
     weftResult_t rc = weftAllReduce(data.data(), data.data(), data.size(), weftFloat16,
@@ -408,9 +408,7 @@ TEST_CASE("bad input: a group whose self send has no receive fails the communica
   // Rank 0's group fails after its all-reduce ran; had its communicator stayed usable, its next
   // call would meet what rank 1 posted for this one.
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftConfig_t config = configWithTimeout(3000);
-    weftComm_t comm = nullptr;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    weftComm_t comm = commWithTimeout(ctx, 3000);
     if (comm == nullptr) return 1;
     std::vector<float> data(100000, 1.0f);
     RANK_WEFT(ctx, weftGroupStart());
