@@ -95,7 +95,7 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
   auto state = api::lookupComm(comm);
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
   if (state->asyncResult.load() != weftSuccess || state->abortFlag.load()) {
-    // It cannot take part in the exchange: the others' ends at their timeout.
+    // It cannot take part in the exchange: the others' exchange ends at their timeout.
     return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, "
                                                                        "failed or aborted)"),
                             state.get());

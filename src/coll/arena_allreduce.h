@@ -21,10 +21,10 @@ struct ArenaAllReduce {
   void* recv;
   size_t count;
   weftDataType_t type;
-  weftRedOp_t op;              // Sum, Prod, Max, Min or Avg
+  weftRedOp_t op;               // Sum, Prod, Max, Min or Avg
   const void* scale = nullptr;  // PreMulSum: each input is multiplied by *scale first
-  uint64_t tag;                // equal on every rank of one call (see transport.h's MessageTag)
-  bool divideInputs = false;    // each input is divided by the rank count first (core::dividesInputs)
+  uint64_t tag;                 // equal on every rank of one call (see transport.h's MessageTag)
+  bool divideInputs = false;    // each input is divided by the rank count first (dividesInputs)
 };
 
 // `seq`: this call's number among the arena's calls, counted alike on every rank from 1.

@@ -1,5 +1,5 @@
-// Schedules built once per (shape, algorithm, pipeline) and reused; bounded so that a size sweep does not
-// grow it forever.
+// Schedules built once per (shape, algorithm, pipeline) and reused; bounded so that a size
+// sweep does not grow it forever.
 #pragma once
 
 #include <map>
