@@ -159,10 +159,9 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     }
     it->calls.push_back(g.call);
   }
-  if (batches.empty()) return withPendingInits(group, weftSuccess);
   if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
-  // Several communicators: queue the stream work (host or GPU) first, then run the rest side by
-  // side.
+  // Several communicators (or none: inits only): queue the stream work (host or GPU) first, then
+  // run the rest side by side.
   weftResult_t result = weftSuccess;
   std::vector<CommBatch> blocking;
   for (CommBatch& batch : batches) {
