@@ -7,15 +7,16 @@
 
 namespace weft::coll {
 
-// Shared memory: ~1.2 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
+// Shared memory: ~1.1 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
 // the copy out of it (reduce on receipt); a little over twice that while the buffers stay in
 // the cache. Sockets: loopback-class TCP. Both measured on 2-core x86 VMs
 // (bench/results/*-tuner-accuracy*.md).
-LinkCost defaultSharedMemoryCost() { return {1.2, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
+LinkCost defaultSharedMemoryCost() { return {1.1, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
-// ~0.5 us for 8 bytes on 2 ranks, ~2 GB/s per peer's input as the slots outgrow the L1 cache
-// (bench/results/2026-11-23-*): faster than the executor's one-shot up to a few KiB.
-LinkCost arenaCost() { return {0.5, 1.0 / 2000.0, 0.0}; }
+// ~0.5 us for 8 bytes on 2 ranks, then ~7 GB/s per peer's input read and reduced, 1 to 16 KiB
+// on 2 and 4 ranks of a quiet 2-core VM (bench/results/2026-11-24-tuner-accuracy*.md): faster
+// than the executor's one-shot and the ring up to its 16 KiB limit.
+LinkCost arenaCost() { return {0.5, 1.0 / 7000.0, 0.0}; }
 
 CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank) {
   CommLayout layout;
@@ -39,7 +40,8 @@ bool runsOnArena(const CommLayout& layout, Collective collective, Algorithm algo
 
 namespace {
 
-constexpr double kHopCrowding = 1.5;
+// How much longer a hop waits for each doubling of the ranks per CPU (see crowded()).
+constexpr double kHopCrowding = 3.1;
 
 double log2Ceil(int n) { return n <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(n))); }
 
@@ -53,9 +55,12 @@ double pipelined(const LinkCost& l, double bytes, double chunk, double hops, dou
 }
 
 // The link as k ranks sharing each CPU see it: a hop waits for its receiver to get a CPU,
-// which grows as k^1.5 (fitted on 2 cores with 2, 4 and 8 ranks, waits spinning 300 us before
-// they sleep), and moving or reducing a byte takes k times as long.
-LinkCost crowded(const LinkCost& l, double k) { return {l.alphaUs * std::pow(k, kHopCrowding), l.betaUsPerB * k, l.gammaUsPerB * k}; }
+// 1 + 3.1 log2(k) times as long (fitted on a quiet 2-core VM with 2, 4 and 8 ranks, waits
+// spinning 300 us before they sleep: small ring all-reduces of about 2, 28 and 110 us), and
+// moving or reducing a byte takes k times as long.
+LinkCost crowded(const LinkCost& l, double k) {
+  return {l.alphaUs * (1 + kHopCrowding * std::log2(k)), l.betaUsPerB * k, l.gammaUsPerB * k};
+}
 
 // The bytes a rank's buffers for `collective` span (b: the shape's bytes, see predictUs).
 double footprint(Collective collective, double b, double n) {
@@ -122,14 +127,18 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
             // One copy into the arena, then each peer's input read and reduced. Where ranks
             // share CPUs, a rank waits for the ranks yet to publish to get a CPU: context
             // switches, growing with the crowding (fitted on 2 cores with 2, 4 and 8 ranks:
-            // about 0.5, 8 and 16 us for 8 bytes), while reading goes at the same rate.
+            // about 0.5, 6 and 17 us for 8 bytes), and it reads more slowly, as sqrt(k)
+            // (about 7, 5 and 3.5 GB/s per peer's input).
             const LinkCost a = arenaCost();
-            return a.alphaUs + 5.5 * (k - 1) + (n - 1) * b * a.betaUsPerB;
+            return a.alphaUs + 5.5 * (k - 1) + (n - 1) * b * a.betaUsPerB * std::sqrt(k);
           }
           // n-1 messages leave at once (the sender copies each), then n-1 reductions.
           return l.alphaUs + (n - 1) * (perPeer + b * (move + l.gammaUsPerB));
         }
         case Algorithm::Tree: {
+          // With two ranks each tree is one edge, and the two trees together move what the
+          // ring's two steps move (each rank reduces one half and sends the other).
+          if (nranks == 2) return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, chunkBytes);
           // The planned double tree: half the bytes up and down each tree, both at once. A rank
           // interior in one tree (fanOut children) is a leaf in the other, so it handles about
           // (fanOut + 1) / 2 bytes per byte of the buffer. The first chunk climbs and descends
