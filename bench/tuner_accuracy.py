@@ -74,6 +74,17 @@ def communicator_choices(nranks, top, work):
     return {**small, **large}
 
 
+def cpu_pair_latency():
+    """The cross-CPU cache-line round trip over 2 s (cpu-pair-latency's summary), or None where
+    the tool is not built or this machine has one CPU."""
+    tool = os.path.join(BUILD, "bin", "cpu-pair-latency")
+    if not os.path.exists(tool):
+        return None
+    done = subprocess.run([tool], capture_output=True, text=True)
+    match = re.search(r"min (\d+) median (\d+) max (\d+)", done.stdout)
+    return "{1} ns (min {0}, max {2})".format(*match.groups()) if done.returncode == 0 and match else None
+
+
 def predictions(nranks):
     out = subprocess.run([os.path.join(BUILD, "bin", "weft-topo"), "--predict", str(nranks)], check=True,
                          capture_output=True, text=True).stdout
@@ -97,6 +108,7 @@ def main():
     rank_counts = [2, 4] if args.quick else [2, 4, 8]
     top, repeats = ("8M", 1) if args.quick else ("32M", args.repeats)
     loadavg = open("/proc/loadavg").read().split()[:3]
+    round_trip = cpu_pair_latency()
     sections, errors, bad_choices, unverified, mismatches = [], [], [], [], []
     with tempfile.TemporaryDirectory() as work:
         for n in rank_counts:
@@ -128,6 +140,7 @@ def main():
                 rows.append(cells)
             sections.append((n, rows))
     loadavg_after = open("/proc/loadavg").read().split()[:3]
+    round_trip_after = cpu_pair_latency()
 
     header = ["size"] + [f"{a} measured / predicted (us)" for a in ALGOS] + ["tuner's choice", "choice measured (us)",
                                                                               "choice / best measured"]
@@ -168,6 +181,8 @@ def main():
             "algorithm's forced median.", "",
             f"- Machine: {os.uname().nodename}, {os.cpu_count()} CPUs; load average before {' '.join(loadavg)}, "
             f"after {' '.join(loadavg_after)}",
+            f"- Cross-CPU cache-line round trip (cpu-pair-latency, 2 s): before {round_trip or 'not measured'}, "
+            f"after {round_trip_after or 'not measured'}",
             f"- Weft revision: {commit}",
             f"- Command: bench/tuner_accuracy.py{' --quick' if args.quick else ''}"
             f"{' --name ' + args.name if args.name else ''}", "",
