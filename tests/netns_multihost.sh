@@ -20,7 +20,8 @@
 #                an all-reduce (1 MiB to RAILS_MAX, default 4M) whose bytes must leave every host
 #                by both links; with each link shaped to RAILS_RATE (default 100mbit), the times
 #                over both rails are printed beside one rail with as many streams (a
-#                measurement, not asserted)
+#                measurement, not asserted); and with one host's second rail routed nowhere,
+#                the streams there fall back to the main addresses and every result is right
 #
 # Exit 77 (ctest: skipped) when network namespaces cannot be made (needs root / CAP_NET_ADMIN).
 set -euo pipefail
@@ -198,6 +199,19 @@ case $mode in
     grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
     grep -q "streams to .* on rails: 0:NIC 0->10.88.0.[0-9]*:[0-9]* 1:NIC 1->10.89.0" "$work/rank0.log" ||
       { echo "rank 0 did not put its streams on both rails"; show_logs; exit 1; }
+    # A broken rail: host 0 routes the others' second rails nowhere. Its streams there must take
+    # the peers' main addresses, with a warning, well within the timeout (they timed out before).
+    for ((h = 1; h < nhosts; ++h)); do ip -n "${tag}h0" route add unreachable "10.89.0.$((h + 1))/32"; done
+    pids=()
+    t0=$(now_ms)
+    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -i 50 -s 8 -m 64K; done
+    wait_all ok
+    echo "second rail of host 0 unreachable: $(grep "weft-stress:" "$work/rank0.log") in $(($(now_ms) - t0)) ms"
+    grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+    grep -h "rail from NIC 1 .* failed" "$work/"rank*.log | head -3
+    grep -q "rail from NIC 1 .* failed" "$work/rank0.log" ||
+      { echo "rank 0 did not report its broken rail"; show_logs; exit 1; }
+    for ((h = 1; h < nhosts; ++h)); do ip -n "${tag}h0" route del unreachable "10.89.0.$((h + 1))/32"; done
     tx() { ip netns exec "${tag}h$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
     # perf LABEL ENV...: a verified all-reduce on every host; prints the table, and fails unless
     # every host sent at least a quarter of its bytes by each link.

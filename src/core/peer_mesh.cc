@@ -70,6 +70,22 @@ Status PeerMesh::connectAll(const Deadline& deadline) {
   return Status::ok();
 }
 
+// A rail is tried for a quarter of the time left, at most 5 s: the peer listens on it already,
+// so a rail that refuses or drops the connection that long is broken (down, filtered, or routed
+// nowhere), and the stream takes the peer's main address instead, as a NIC without a rail does.
+// The peer accepts on every listener alike, so it needs no word of the change.
+Result<UniqueFd> PeerMesh::connectStream(int peer, const StreamRoute& route, const Deadline& deadline) {
+  if (route.source == nullptr) return transport::connectTo(route.destination, deadline, abortFlag_);
+  const Deadline railDeadline = deadline.earlier(Deadline::afterMs(std::min(5000, deadline.remainingMs() / 4)));
+  auto fd = transport::connectTo(route.destination, railDeadline, abortFlag_, route.source);
+  if (fd.isOk() || (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_relaxed))) return fd;
+  const transport::SocketAddress& main = this->peer(peer).listen;
+  WEFT_WARN("rank %d: rail from NIC %d to %s failed (%s); this stream to %s goes to its main address %s instead",
+            rank_, route.localNic, route.destination.toString().c_str(), fd.status().message().c_str(),
+            describe(peer).c_str(), main.toString().c_str());
+  return transport::connectTo(main, deadline, abortFlag_);
+}
+
 Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
   const auto routes = streamRoutes(channelNics_[static_cast<size_t>(peer)], streamsPerPeer_, this->peer(rank_).rails,
                                    this->peer(peer).listen, this->peer(peer).rails);
@@ -78,7 +94,7 @@ Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
   std::string rails;
   for (int s = 0; s < count; ++s) {
     const StreamRoute& route = routes[static_cast<size_t>(s)];
-    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::connectTo(route.destination, deadline, abortFlag_, route.source));
+    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, connectStream(peer, route, deadline));
     PeerHello hello{kPeerHelloMagic, kProtocolVersion, static_cast<uint16_t>(s), {}, rank_, peer, count, 0};
     std::memcpy(hello.secret, secret_.data(), sizeof(hello.secret));
     WEFT_TRY(transport::sendAll(fd.get(), &hello, sizeof(hello), deadline, abortFlag_));

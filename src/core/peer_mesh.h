@@ -16,6 +16,8 @@
 
 namespace weft::core {
 
+struct StreamRoute;  // core/rails.h
+
 class PeerMesh final : public coll::ConnectionProvider {
  public:
   // transports: the planner's choice for each peer (shared memory is still negotiated: either
@@ -43,6 +45,9 @@ class PeerMesh final : public coll::ConnectionProvider {
 
  private:
   Status connectTo(int peer, const Deadline& deadline);
+  // One stream of the pair, on its rail where it has one, else (or where the rail fails) to the
+  // peer's main address.
+  Result<transport::UniqueFd> connectStream(int peer, const StreamRoute& route, const Deadline& deadline);
   Status acceptFrom(int peer, const Deadline& deadline);
   Status acceptAndSort(const Deadline& deadline);
   // Shared memory for a peer on this host (unless disabled or unavailable), else the streams.
