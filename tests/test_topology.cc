@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "core/rails.h"
 #include "plan/placement.h"
 #include "plan/planner.h"
+#include "topo/pci_bus_id.h"
 #include "topo/topology.h"
 
 using namespace weft;
@@ -100,6 +102,31 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(quiet.nics.empty());
   CHECK(quiet.gpus.empty());
   CHECK(quiet.cacheBytes == 0);  // none described: unknown
+}
+
+TEST_CASE("topology: a runtime's GPU is found by its PCI bus id, however the id is written", "[topology]") {
+  CHECK(topo::parsePciBusId("0000:3b:00.0") == topo::PciAddress{0, 0x3b, 0, 0});
+  CHECK(topo::parsePciBusId("00000001:3B:1f.7") == topo::PciAddress{1, 0x3b, 0x1f, 7});  // NVML's 8-digit domain
+  for (const char* bad : {"", "3b:00.0", "0000:3b:00", "0000:3b:00.0 ", "0000:13b:00.0", "000000000:3b:00.0",
+                          "0000:3b:00.x", "0000:-1:00.0"}) {
+    CHECK_FALSE(topo::parsePciBusId(bad).has_value());
+  }
+  auto host = load("gpu8-nic4.xml");
+  REQUIRE(host.gpus.size() == 8);
+  for (size_t g = 0; g < host.gpus.size(); ++g) {
+    std::string upper = host.gpus[g].busId;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    CHECK(topo::gpuIndexByBusId(host, upper) == static_cast<int>(g));
+    CHECK(topo::gpuIndexByBusId(host, "0000" + host.gpus[g].busId) == static_cast<int>(g));
+    // Found this way, the GPU sends by its nearest NIC: the one behind its own PCI switch.
+    const int gpu = topo::gpuIndexByBusId(host, host.gpus[g].busId);
+    const plan::RankPlacement p = plan::placeRank(host, host.gpus[g].numaNode, gpu, 0);
+    CHECK(p.gpu == static_cast<int>(g));
+    CHECK(topo::pciDistance(host.gpus[g], host.nics[static_cast<size_t>(p.preferredNic)]) == 2);
+  }
+  CHECK(topo::gpuIndexByBusId(host, "0000:ff:00.0") == -1);
+  CHECK(topo::gpuIndexByBusId(host, "") == -1);
+  CHECK(topo::gpuIndexByBusId(load("laptop.xml"), "0000:3b:00.0") == -1);
 }
 
 TEST_CASE("topology: missing and malformed files are clear errors", "[topology]") {

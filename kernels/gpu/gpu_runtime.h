@@ -27,6 +27,7 @@ using gpuEvent_t = hipEvent_t;
 #define gpuGetDevice hipGetDevice
 #define gpuSetDevice hipSetDevice
 #define gpuDeviceGetAttribute hipDeviceGetAttribute
+#define gpuDeviceGetPCIBusId hipDeviceGetPCIBusId
 #define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define gpuDevAttrMaxThreadsPerBlock hipDeviceAttributeMaxThreadsPerBlock
 #define gpuMalloc hipMalloc
@@ -88,6 +89,7 @@ using gpuEvent_t = cudaEvent_t;
 #define gpuGetDevice cudaGetDevice
 #define gpuSetDevice cudaSetDevice
 #define gpuDeviceGetAttribute cudaDeviceGetAttribute
+#define gpuDeviceGetPCIBusId cudaDeviceGetPCIBusId
 #define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
 #define gpuDevAttrMaxThreadsPerBlock cudaDevAttrMaxThreadsPerBlock
 #define gpuMalloc cudaMalloc

@@ -47,7 +47,8 @@ weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id
   state->nranks = nranks;
   state->removeWhenReady = std::move(removeWhenReady);
   state->config = config;
-  auto work = [state, id, nranks, rank, config]() -> Status {
+  state->config.device = device;
+  auto work = [state, id, nranks, rank, config = state->config]() -> Status {
     auto made = core::Communicator::create(id, nranks, rank, config, &state->abortFlag);
     if (!state->removeWhenReady.empty()) ::unlink(state->removeWhenReady.c_str());
     Status status = made.isOk() ? Status::ok() : made.status().withContext(formatString("rank %d of %d: init", rank, nranks));

@@ -8,9 +8,11 @@
 #include <functional>
 
 #include "core/bootstrap.h"
+#include "gpu/device_memory.h"
 #include "coll/arena_allreduce.h"
 #include "coll/schedule_merge.h"
 #include "plan/planner.h"
+#include "topo/pci_bus_id.h"
 #include "topo/topology.h"
 #include "kernels/cpu/reduce.h"
 #include "util/env.h"
@@ -89,6 +91,19 @@ std::vector<plan::RankPlacement> placementsOf(const std::vector<PeerInfo>& peers
   return out;
 }
 
+// The index into host.gpus of the runtime's device `device`, matched by PCI bus id; -1 for none
+// (or a device the topology does not show, with a line at WEFT_DEBUG=INFO).
+int gpuOnHost(const topo::HostTopology& host, int device) {
+  if (device < 0) return -1;
+  const std::string busId = gpu::pciBusId(device);
+  const int index = topo::gpuIndexByBusId(host, busId);
+  if (index < 0) {
+    WEFT_INFO("GPU %d (PCI %s) is not in the topology (%s): placed by NUMA node only", device,
+              busId.empty() ? "unknown" : busId.c_str(), host.source.c_str());
+  }
+  return index;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContents& id, int nranks, int rank,
@@ -98,7 +113,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   const uint16_t settings = coll::settingsDigest(tuning);
   WEFT_ASSIGN_OR_RETURN(auto host, topo::processTopology());
   const int numa = plan::currentNumaNode(*host);
-  plan::RankPlacement mine = plan::placeRank(*host, numa, -1, localRankHint(rank));
+  plan::RankPlacement mine = plan::placeRank(*host, numa, gpuOnHost(*host, config.device), localRankHint(rank));
   mine.sharedMemory = config.shm.policy != transport::ShmPolicy::Never;
   WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous,
                         joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, settings, abortFlag));

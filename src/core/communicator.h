@@ -23,6 +23,9 @@ struct CommConfig {
   int spinMicros = -1;  // WEFT_SPIN_US; -1: chosen from the ranks and cores on this host
   int streamsPerPeer = 1;
   transport::ShmOptions shm;
+  // The GPU current when the communicator was made (-1: none): its traffic leaves by the NIC
+  // nearest to it, as NCCL binds a communicator to the device current at init.
+  int device = -1;
 };
 
 // Reads WEFT_TIMEOUT_MS, WEFT_SOCKET_NSTREAMS and the shared-memory settings into the defaults.

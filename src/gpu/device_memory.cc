@@ -90,6 +90,15 @@ int currentDevice() {
   return device;
 }
 
+std::string pciBusId(int device) {
+  char busId[64] = {};
+  if (device < 0 || gpuDeviceGetPCIBusId(busId, sizeof(busId), device) != gpuSuccess) {
+    (void)gpuGetLastError();
+    return "";
+  }
+  return busId;
+}
+
 bool isDeviceMemory(const void* ptr, int* device) {
   if (deviceCount() == 0) return false;
   int where = -1;
@@ -108,6 +117,7 @@ Status runtimeError(int error, const std::string& what) {
 bool builtWithGpu() { return false; }
 int deviceCount(bool) { return 0; }
 int currentDevice() { return -1; }
+std::string pciBusId(int) { return ""; }
 bool isDeviceMemory(const void*, int*) { return false; }
 Status runtimeError(int error, const std::string& what) {
   return Status(weftUnhandledCudaError, formatString("%s: GPU runtime error %d", what.c_str(), error));

@@ -18,6 +18,10 @@ int deviceCount(bool loadDriver = false);
 // The calling thread's current device, or -1 (no GPU runtime, or no device visible).
 int currentDevice();
 
+// The PCI bus id of `device` ("0000:3b:00.0", as the runtime writes it), or "" where there is
+// no such device.
+std::string pciBusId(int device);
+
 // Whether `ptr` is device memory (managed memory counts); *device is set to its device.
 bool isDeviceMemory(const void* ptr, int* device);
 
