@@ -70,19 +70,30 @@ Status PeerMesh::connectAll(const Deadline& deadline) {
   return Status::ok();
 }
 
-// A rail is tried for a quarter of the time left, at most 5 s: the peer listens on it already,
-// so a rail that refuses or drops the connection that long is broken (down, filtered, or routed
-// nowhere), and the stream takes the peer's main address instead, as a NIC without a rail does.
-// The peer accepts on every listener alike, so it needs no word of the change.
-Result<UniqueFd> PeerMesh::connectStream(int peer, const StreamRoute& route, const Deadline& deadline) {
-  if (route.source == nullptr) return transport::connectTo(route.destination, deadline, abortFlag_);
-  const Deadline railDeadline = deadline.earlier(Deadline::afterMs(std::min(5000, deadline.remainingMs() / 4)));
-  auto fd = transport::connectTo(route.destination, railDeadline, abortFlag_, route.source);
-  if (fd.isOk() || (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_relaxed))) return fd;
+// A rail is tried for a quarter of the time left (at least 100 ms, at most 5 s): the peer listens
+// on it already, so a rail that refuses or drops the connection that long is broken (down,
+// filtered, or routed nowhere), and the stream takes the peer's main address instead, as a NIC
+// without a rail does. The peer accepts on every listener alike, so it needs no word of the
+// change. A local NIC whose rail failed once is not tried again by this mesh: each try would
+// cost its share of the deadline again.
+Result<UniqueFd> PeerMesh::connectStream(int peer, const StreamRoute& route, const Deadline& deadline, bool* onRail) {
+  *onRail = false;
   const transport::SocketAddress& main = this->peer(peer).listen;
-  WEFT_WARN("rank %d: rail from NIC %d to %s failed (%s); this stream to %s goes to its main address %s instead",
-            rank_, route.localNic, route.destination.toString().c_str(), fd.status().message().c_str(),
-            describe(peer).c_str(), main.toString().c_str());
+  if (route.source == nullptr || brokenRails_.contains(route.localNic)) {
+    return transport::connectTo(route.source == nullptr ? route.destination : main, deadline, abortFlag_);
+  }
+  const int railMs = std::min(5000, std::max(100, deadline.remainingMs() / 4));
+  auto fd = transport::connectTo(route.destination, deadline.earlier(Deadline::afterMs(railMs)), abortFlag_,
+                                 route.source);
+  const bool aborted = abortFlag_ != nullptr && abortFlag_->load(std::memory_order_relaxed);
+  if (fd.isOk() || aborted || deadline.expired()) {
+    *onRail = fd.isOk();
+    return fd;
+  }
+  brokenRails_.insert(route.localNic);
+  WEFT_WARN("rank %d: rail from NIC %d to %s failed (%s); streams from that NIC go to main addresses instead, "
+            "this one to %s at %s", rank_, route.localNic, route.destination.toString().c_str(),
+            fd.status().message().c_str(), describe(peer).c_str(), main.toString().c_str());
   return transport::connectTo(main, deadline, abortFlag_);
 }
 
@@ -94,12 +105,13 @@ Status PeerMesh::connectTo(int peer, const Deadline& deadline) {
   std::string rails;
   for (int s = 0; s < count; ++s) {
     const StreamRoute& route = routes[static_cast<size_t>(s)];
-    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, connectStream(peer, route, deadline));
+    bool onRail = false;
+    WEFT_ASSIGN_OR_RETURN(UniqueFd fd, connectStream(peer, route, deadline, &onRail));
     PeerHello hello{kPeerHelloMagic, kProtocolVersion, static_cast<uint16_t>(s), {}, rank_, peer, count, 0};
     std::memcpy(hello.secret, secret_.data(), sizeof(hello.secret));
     WEFT_TRY(transport::sendAll(fd.get(), &hello, sizeof(hello), deadline, abortFlag_));
     streams.push_back(std::move(fd));
-    if (route.source != nullptr) {
+    if (onRail) {
       rails += formatString(" %d:NIC %d->%s", s, route.localNic, route.destination.toString().c_str());
     }
   }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "coll/executor.h"
@@ -46,8 +47,9 @@ class PeerMesh final : public coll::ConnectionProvider {
  private:
   Status connectTo(int peer, const Deadline& deadline);
   // One stream of the pair, on its rail where it has one, else (or where the rail fails) to the
-  // peer's main address.
-  Result<transport::UniqueFd> connectStream(int peer, const StreamRoute& route, const Deadline& deadline);
+  // peer's main address; *onRail says which.
+  Result<transport::UniqueFd> connectStream(int peer, const StreamRoute& route, const Deadline& deadline,
+                                            bool* onRail);
   Status acceptFrom(int peer, const Deadline& deadline);
   Status acceptAndSort(const Deadline& deadline);
   // Shared memory for a peer on this host (unless disabled or unavailable), else the streams.
@@ -67,6 +69,7 @@ class PeerMesh final : public coll::ConnectionProvider {
   std::vector<std::unique_ptr<transport::Connection>> connections_;
   std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order
   bool connected_ = false;  // connectAll has run
+  std::set<int> brokenRails_;  // local NICs whose rail could not connect (see connectStream)
 };
 
 }  // namespace weft::core
