@@ -1,29 +1,21 @@
 #include "topo/pci_bus_id.h"
 
-#include <cctype>
+#include <charconv>
 
 namespace weft::topo {
 
 namespace {
 
-// Reads 1 to maxDigits hex digits at `text`, then expects `separator` (or the end, for '\0').
+// Reads 1 to maxDigits hex digits at the front of `text`, then expects `separator` (or the end,
+// for '\0').
 bool readField(std::string_view& text, size_t maxDigits, char separator, uint32_t* value) {
-  size_t digits = 0;
-  uint32_t v = 0;
-  while (digits < text.size() && std::isxdigit(static_cast<unsigned char>(text[digits]))) {
-    if (++digits > maxDigits) return false;
-    const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(text[digits - 1])));
-    v = v * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  }
-  if (digits == 0) return false;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value, 16);
+  const size_t digits = static_cast<size_t>(end - text.data());
+  if (error != std::errc() || digits > maxDigits) return false;
   text.remove_prefix(digits);
-  if (separator == '\0') {
-    if (!text.empty()) return false;
-  } else {
-    if (text.empty() || text.front() != separator) return false;
-    text.remove_prefix(1);
-  }
-  *value = v;
+  if (separator == '\0') return text.empty();
+  if (text.empty() || text.front() != separator) return false;
+  text.remove_prefix(1);
   return true;
 }
 
