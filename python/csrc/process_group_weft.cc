@@ -27,7 +27,7 @@ ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store,
   config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), std::numeric_limits<int>::max()));
   if (config.timeoutMs <= 0) config.timeoutMs = 1;
   check(weftCommInitRankConfig(&comm_, size, id, rank, &config), nullptr, "weftCommInitRankConfig");
-  futurer_ = std::thread([this] { futureLoop(); });
+  futurer_ = std::thread([queue = futureQueue_] { futureLoop(queue); });
   completer_ = std::thread([this] { completionLoop(); });
 }
 
@@ -43,11 +43,15 @@ ProcessGroupWeft::~ProcessGroupWeft() {
   changed_.notify_all();
   if (completer_.joinable()) completer_.join();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    futuresStopping_ = true;
+    std::lock_guard<std::mutex> lock(futureQueue_->mutex);
+    futureQueue_->stopping = true;
   }
-  futuresChanged_.notify_all();
-  if (futurer_.joinable()) futurer_.join();
+  futureQueue_->changed.notify_all();
+  if (futurer_.get_id() == std::this_thread::get_id()) {
+    futurer_.detach();  // a callback dropped the last reference; the thread drains its queue and ends
+  } else if (futurer_.joinable()) {
+    futurer_.join();
+  }
   if (comm_ != nullptr) weftCommDestroy(comm_);
 }
 
@@ -63,24 +67,24 @@ void ProcessGroupWeft::completionLoop() {
     }
     work->complete();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      futures_.push_back(std::move(work));
+      std::lock_guard<std::mutex> lock(futureQueue_->mutex);
+      futureQueue_->works.push_back(std::move(work));
     }
-    futuresChanged_.notify_one();
+    futureQueue_->changed.notify_one();
   }
 }
 
-void ProcessGroupWeft::futureLoop() {
+void ProcessGroupWeft::futureLoop(const std::shared_ptr<FutureQueue>& queue) {
   for (;;) {
     c10::intrusive_ptr<WeftWork> work;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      futuresChanged_.wait(lock, [&] { return futuresStopping_ || !futures_.empty(); });
-      if (futures_.empty()) return;  // stopping, and every completed Work's future is done
-      work = futures_.front();
-      futures_.pop_front();
+      std::unique_lock<std::mutex> lock(queue->mutex);
+      queue->changed.wait(lock, [&] { return queue->stopping || !queue->works.empty(); });
+      if (queue->works.empty()) return;  // stopping, and every completed Work's future is done
+      work = std::move(queue->works.front());
+      queue->works.pop_front();
     }
-    work->completeFuture();
+    work->completeFuture();  // runs then() callbacks, which may destroy the process group
   }
 }
 

@@ -128,7 +128,6 @@ class ProcessGroupWeft : public BackendBase {
                                         const std::function<weftResult_t(weftStream_t)>& issue,
                                         std::function<void()> finish = {});
   void completionLoop();
-  void futureLoop();
   // Sends and receives are held back and issued together, as one Weft group, when anything
   // waits on one of them or another operation is issued: issued one by one, two ranks that
   // both send first (isend then irecv, or batch_isend_irecv) would each wait for the other's
@@ -148,10 +147,17 @@ class ProcessGroupWeft : public BackendBase {
   std::thread completer_;
   // Futures complete on a thread of their own, after their Work: a then() callback that runs
   // another collective and waits for it (as DDP comm hooks may) needs the completion thread
-  // free to finish that one.
-  std::condition_variable futuresChanged_;
-  std::deque<c10::intrusive_ptr<WeftWork>> futures_;  // guarded by mutex_
-  bool futuresStopping_ = false;
+  // free to finish that one. A callback may also drop the last reference to this group, which
+  // is then destroyed on that thread: so the thread's queue is shared with it, not a member,
+  // and the thread outlives the group (detached) to finish what is queued.
+  struct FutureQueue {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<c10::intrusive_ptr<WeftWork>> works;
+    bool stopping = false;
+  };
+  static void futureLoop(const std::shared_ptr<FutureQueue>& queue);
+  std::shared_ptr<FutureQueue> futureQueue_ = std::make_shared<FutureQueue>();
   std::thread futurer_;
 };
 

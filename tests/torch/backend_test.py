@@ -5,6 +5,7 @@ Exit status 0 when everything matched."""
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -219,6 +220,18 @@ def main():
         t = torch.ones(3)
         dist.all_reduce(t, group=group)
         check(torch.all(t == len(evens)), f"subgroup all_reduce {t}")
+
+    # A group whose last reference is a then() callback: it is destroyed on the thread that
+    # completes futures, inside that callback (this aborted with "Resource deadlock avoided").
+    # Rank 1 comes late, so every other rank's future is still pending when then() is attached.
+    doomed = dist.new_group(list(range(n)))
+    if rank == 1:
+        time.sleep(0.5)
+    pending = doomed.allreduce([torch.ones(4)]).get_future()
+    chained = pending.then(lambda f, keep=doomed: f.value()[0] * 2)
+    dist.destroy_process_group(doomed)
+    del doomed
+    check(torch.all(chained.wait() == 2 * n), f"a callback holding its group's last reference: {chained.value()}")
 
     compare_with_gloo(rank, n)
 
