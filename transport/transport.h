@@ -67,6 +67,11 @@ class Connection {
   // something to do (the caller then does not sleep).
   virtual bool prepareToSleep() { return true; }
 
+  // The caller gives up on its pending sends (its call failed and it may reuse the buffers at
+  // once): from here on the peer must not take bytes from them. Only a transport that lets the
+  // peer read the caller's buffer in place has anything to do.
+  virtual void withdrawSends() {}
+
   // Descriptors to sleep on when nothing progresses (none: the caller yields instead).
   virtual void addPollFds(std::vector<pollfd>* fds) const = 0;
 

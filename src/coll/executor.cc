@@ -63,6 +63,13 @@ class Run {
     }
   }
 
+  // After a failure: the caller returns, and may reuse its buffers, with sends still posted.
+  void withdrawSends() {
+    for (PeerState& peer : peers_) {
+      if (peer.connection != nullptr && !peer.postedSends.empty()) peer.connection->withdrawSends();
+    }
+  }
+
   Status execute() {
     for (size_t p = 0; p < peers_.size(); ++p) {
       auto conn = ctx_.connections->connection(s_.peers[p], ctx_.deadline);
@@ -254,7 +261,9 @@ Status executeSchedule(const Schedule& schedule, std::span<const OperationData> 
                        const ExecutionContext& context) {
   if (schedule.steps.empty()) return Status::ok();
   Run run(schedule, operations, scratch, context);
-  return run.execute();
+  Status status = run.execute();
+  if (!status.isOk()) run.withdrawSends();
+  return status;
 }
 
 }  // namespace weft::coll

@@ -136,6 +136,26 @@ static Status readRemote(pid_t pid, int peerRank, char* local, uint64_t remote, 
   return Status::ok();
 }
 
+void ShmConnection::withdrawSends() {
+  const bool exposed =
+      std::any_of(sends_.begin(), sends_.end(), [](const PendingSend& s) { return s.remote && s.started; });
+  if (!exposed) return;
+  // The flag must be visible before any write the caller makes to the buffer after we return.
+  p_.out.control->senderWithdrew.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+// After a remote read: whether the sender withdrew meanwhile (or before), so that what was read
+// may hold bytes of the buffer's next use.
+Status ShmConnection::checkNotWithdrawn() const {
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (p_.in.control->senderWithdrew.load(std::memory_order_relaxed) == 0) return Status::ok();
+  return Status(weftRemoteError,
+                formatString("rank %d (%s) withdrew a message before it was read here: its call failed (timeout or "
+                             "abort) and its buffer is no longer valid",
+                             p_.peerRank, p_.peerName.c_str()));
+}
+
 Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   // Read the header once: the peer could change shared memory under us.
   const SlotHeader h = *p_.in.header(index);
@@ -169,6 +189,7 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
                         r.spec.op);
       }
     }
+    WEFT_TRY(checkNotWithdrawn());
   } else {
     return Status(weftRemoteError, formatString("rank %d (%s) wrote a corrupt shared-memory slot", p_.peerRank,
                                                 p_.peerName.c_str()));

@@ -43,6 +43,7 @@ class ShmConnection final : public Connection {
   bool prepareToSleep() override;
   void addPollFds(std::vector<pollfd>* fds) const override;
   Status checkPeerAlive() override;
+  void withdrawSends() override;
   int peerRank() const override { return p_.peerRank; }
   const char* kind() const override { return "shm"; }
 
@@ -69,6 +70,7 @@ class ShmConnection final : public Connection {
   Status progressSends(bool* progressed);
   Status progressRecvs(bool* progressed);
   Status consumeSlot(PendingRecv& recv, uint64_t index);
+  Status checkNotWithdrawn() const;
   Status drainControl();
   void ringDoorbell(std::atomic<uint32_t>& sleeping);
   Status peerGone() const;

@@ -13,7 +13,7 @@
 namespace weft::transport::shm {
 
 constexpr uint32_t kRingMagic = 0x47525753;  // "SWRG"
-constexpr uint32_t kRingVersion = 1;
+constexpr uint32_t kRingVersion = 2;
 
 struct alignas(64) RingControl {
   uint32_t magic;
@@ -26,6 +26,10 @@ struct alignas(64) RingControl {
   // (one byte on the control socket) after it publishes or releases a slot.
   alignas(64) std::atomic<uint32_t> receiverSleeping;
   alignas(64) std::atomic<uint32_t> senderSleeping;
+  // Set, for good, by a sender whose call failed while the receiver could still read its
+  // buffer through a Remote slot: the caller may be reusing that buffer. The receiver checks
+  // it after each remote read (a seqlock's check), so it never keeps bytes written since.
+  alignas(64) std::atomic<uint32_t> senderWithdrew;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "cross-process atomics must be lock-free");

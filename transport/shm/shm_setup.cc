@@ -136,7 +136,7 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
     if (made.isOk()) {
       outbound = made.take();
       new (outbound.data()) shm::RingControl{shm::kRingMagic, shm::kRingVersion, options.slots, options.slotBytes,
-                                             {0}, {0}, {0}, {0}};
+                                             {0}, {0}, {0}, {0}, {0}};
       std::snprintf(mine.name, sizeof(mine.name), "%s", outbound.name().c_str());
     } else {
       mine.status = kFailed;
