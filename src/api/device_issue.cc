@@ -20,7 +20,8 @@ using coll::Collective;
 
 Result<bool> callIsOnDevice(const char* fn, const CommState& state, const core::CollectiveCall& call,
                             const BufferUse& use) {
-  if (call.count == 0) return false;
+  // One look for the driver per call, not one per buffer: with none loaded, nothing is device memory.
+  if (call.count == 0 || gpu::deviceCount() == 0) return false;
   int sendDevice = -1, recvDevice = -1;
   const bool sendOnDevice = use.send && gpu::isDeviceMemory(call.send, &sendDevice);
   const bool recvOnDevice = use.recv && gpu::isDeviceMemory(call.recv, &recvDevice);
