@@ -1,5 +1,6 @@
 // Tests for the weftrun launcher: they run the real binary (WEFTRUN_PATH) with /bin/sh ranks.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -336,6 +337,38 @@ TEST_CASE("weftrun: --tag-output prefixes each line with the rank", "[weftrun]")
   CHECK(short_flag.out == "[0]: hello\n");
 }
 
+TEST_CASE("weftrun: --bind-to core gives each rank a core of its own", "[weftrun]") {
+  cpu_set_t allowed;
+  REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  const int cpus = CPU_COUNT(&allowed);
+  const std::string show = "grep Cpus_allowed_list /proc/self/status";
+  Result bound = run_weftrun({"--tag-output", "-n", "2", "--bind-to", "core", "/bin/sh", "-c", show});
+  Result free = run_weftrun({"--tag-output", "-n", "2", "/bin/sh", "-c", show});
+  REQUIRE(free.status == 0);
+  if (cpus < 2) {
+    CHECK(bound.status != 0);  // one core for two ranks is refused
+    return;
+  }
+  REQUIRE(bound.status == 0);
+  std::map<std::string, std::string> listOf;  // rank -> its allowed CPUs
+  std::istringstream lines(bound.out);
+  for (std::string line; std::getline(lines, line);) listOf[line.substr(0, 3)] = line.substr(line.find('\t') + 1);
+  REQUIRE(listOf.size() == 2);
+  CHECK(listOf["[0]"] != listOf["[1]"]);
+  for (const auto& [rank, list] : listOf) {
+    INFO(rank << " bound to " << list);
+    CHECK(list.find_first_of(",") == std::string::npos);  // one core: one CPU, or its threads as a range
+  }
+  // Unbound ranks keep the launcher's CPUs.
+  CHECK(free.out.find("[0]: Cpus_allowed_list:\t" + listOf["[0]"] + "\n") == std::string::npos);
+
+  // More ranks than cores: refused with the reason, before any rank starts.
+  Result over = run_weftrun({"-n", std::to_string(cpus + 1), "--bind-to", "core", "/bin/sh", "-c", "echo ran"});
+  CHECK(over.status != 0);
+  CHECK(over.err.find("needs a core per rank") != std::string::npos);
+  CHECK(over.out.find("ran") == std::string::npos);
+}
+
 TEST_CASE("weftrun: bad arguments exit 2 with usage", "[weftrun]") {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {},
@@ -351,6 +384,7 @@ TEST_CASE("weftrun: bad arguments exit 2 with usage", "[weftrun]") {
            {"--timeout", "0", "true"},
            {"--timeout", "soon", "true"},
            {"--grace", "x", "true"},
+           {"--bind-to", "socket", "true"},
            {"--tag-output=yes", "true"}}) {
     std::string joined;
     for (const auto& arg : args) joined += arg + " ";

@@ -137,6 +137,12 @@ bool Job::setup(std::string& error) {
     return false;
   }
 
+  if (options_.bind_cores) {
+    auto cores = core_sets(options_.nproc, error);
+    if (!cores) return false;
+    rank_cpus_ = std::move(*cores);
+  }
+
   // Two pipe ends per rank can pass the usual soft limit of 1024 descriptors.
   getrlimit(RLIMIT_NOFILE, &original_nofile_);
   rlimit raised = original_nofile_;
@@ -246,6 +252,11 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
   signal(SIGPIPE, SIG_DFL);
   sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
   setrlimit(RLIMIT_NOFILE, &original_nofile_);
+  if (!rank_cpus_.empty() &&
+      sched_setaffinity(0, sizeof(cpu_set_t), &rank_cpus_[static_cast<size_t>(rank.index)]) != 0) {
+    dprintf(STDERR_FILENO, "weftrun: rank %d: cannot bind to its core: %s\n", rank.index, std::strerror(errno));
+    _exit(kExitLaunchError);
+  }
   if (out_fd >= 0) {
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);

@@ -3,6 +3,7 @@
 #ifndef WEFT_TOOLS_WEFTRUN_JOB_H_
 #define WEFT_TOOLS_WEFTRUN_JOB_H_
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -22,8 +23,13 @@ struct Options {
   bool tag_output = false;
   double timeout_seconds = 0;  // 0: no timeout
   double grace_seconds = 5;
+  bool bind_cores = false;  // --bind-to core
   std::vector<std::string> command;
 };
+
+// The CPUs of each of the first `nproc` cores the launcher may run on (--bind-to core); none,
+// with `error` set, when there are fewer cores than ranks.
+std::optional<std::vector<cpu_set_t>> core_sets(int nproc, std::string& error);
 
 struct OutputStream {
   int fd = -1;         // read end of the rank's pipe; -1 once closed
@@ -70,6 +76,7 @@ class Job {
   std::vector<Rank> ranks_;
   std::unordered_map<pid_t, int> rank_by_pid_;
   std::vector<char*> argv_;  // the program and its arguments, null-terminated
+  std::vector<cpu_set_t> rank_cpus_;  // by rank, with --bind-to core
   std::string master_addr_, master_port_, run_id_, secret_;
   int signal_fd_ = -1;
   sigset_t original_mask_{};

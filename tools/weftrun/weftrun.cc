@@ -31,6 +31,9 @@ const char kUsage[] =
     "  -t, --tag-output        prefix every output line with \"[rank]: \"\n"
     "      --timeout SECONDS   terminate the job after SECONDS and exit 124\n"
     "      --grace SECONDS     wait between SIGTERM and SIGKILL (default 5)\n"
+    "      --bind-to core|none bind rank i to the i-th core this launcher may use, as\n"
+    "                          mpirun --bind-to core (an error with more ranks than\n"
+    "                          cores); none (default): the OS places the ranks\n"
     "  -h, --help              show this help and exit\n"
     "      --version           show the version and exit\n"
     "\n"
@@ -118,6 +121,10 @@ Options parse_options(int argc, char** argv) {
       std::optional<double> seconds = parse_seconds(text);
       if (!seconds) usage_error("--grace must be a number of seconds >= 0, got '" + text + "'");
       options.grace_seconds = *seconds;
+    } else if (name == "--bind-to") {
+      std::string text = value();
+      if (text != "core" && text != "none") usage_error("--bind-to must be core or none, got '" + text + "'");
+      options.bind_cores = text == "core";
     } else if (name == "-h" || name == "--help") {
       no_value();
       std::fputs(kUsage, stdout);
