@@ -205,7 +205,7 @@ def machine_lines():
 
 def write_record(args, sections):
     today = datetime.date.today().isoformat()
-    suffix = "-quick" if args.quick else ""
+    suffix = ("-quick" if args.quick else "") + ("-bound" if args.bound else "")
     path = os.path.join(args.record_dir, f"{today}-{args.collective}-vs-openmpi{suffix}.md")
     placement = "out-of-place" if args.placement == "oop" else "in-place"
     commands = [c for c in [args.compare_cmd] + (args.cmd or []) if c]
@@ -222,7 +222,9 @@ def write_record(args, sections):
         f"{placement}, the maximum over ranks; busbw = algbw * {factor} in GB/s; ratio = Weft "
         f"busbw / Open MPI busbw. {bound_text}Each rank count is a separate section; with more "
         "ranks than cores the ranks share cores (oversubscribed)"
-        f"{', and the probe measures under the same sharing' if bound_text else ''}.",
+        f"{', and the probe measures under the same sharing' if bound_text else ''}."
+        + (" Weft's ranks (and the probe's) run under `weftrun --bind-to core` where there are "
+           "at most 2 of them, as Open MPI binds its own by default." if args.bound else ""),
         "",
         "## Machine",
         "",
@@ -269,6 +271,8 @@ def main(argv=None):
     parser.add_argument("--placement", choices=("oop", "ip"), default="oop",
                         help="which timing to compare (default: out-of-place)")
     parser.add_argument("--record-dir", help="write YYYY-MM-DD-COLLECTIVE-vs-openmpi.md here")
+    parser.add_argument("--bound", action="store_true",
+                        help="Weft's ranks were bound to cores (recorded with a -bound suffix)")
     parser.add_argument("--quick", action="store_true",
                         help="the runs used the quick sweep (recorded with a -quick suffix)")
     parser.add_argument("--compare-cmd", help="the bench/compare command line, for the record")
