@@ -324,46 +324,6 @@ TEST_CASE("shm: no segment outlives its connection setup", "[shm][faults]") {
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
-// With process_vm_readv on, a receiver reads the sender's own buffer. A sender whose send timed
-// out returns, and may refill that buffer at once; a receiver that comes late must then fail,
-// not deliver the refilled bytes as the message (it did before senders withdrew).
-TEST_CASE("shm: a late receiver does not read a buffer its timed-out sender reused", "[shm][faults]") {
-  setenv("WEFT_TRANSPORT", "shm", 1);
-  setenv("WEFT_SHM_REMOTE_READ_MIN_BYTES", "0", 1);
-  auto outcomes = runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = initWithTimeout(ctx, 500);
-    if (comm == nullptr) return 1;
-    const int peer = 1 - ctx.rank;
-    std::vector<float> buf(1 << 18, 1.0f);
-    RANK_WEFT(ctx, weftGroupStart());  // connects the pair, both ways
-    RANK_WEFT(ctx, weftSend(buf.data(), 1, weftFloat32, peer, comm, nullptr));
-    RANK_WEFT(ctx, weftRecv(buf.data() + 1, 1, weftFloat32, peer, comm, nullptr));
-    RANK_WEFT(ctx, weftGroupEnd());
-    if (ctx.rank == 0) {
-      std::fill(buf.begin(), buf.end(), 1.0f);
-      weftResult_t rc = weftSend(buf.data(), buf.size(), weftFloat32, 1, comm, nullptr);
-      RANK_CHECK(ctx, rc != weftSuccess, "the send completed with no receiver");
-      std::fill(buf.begin(), buf.end(), 7.0f);  // the caller's buffer is its own again
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // alive while rank 1 reads
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-      std::fill(buf.begin(), buf.end(), 0.0f);
-      weftResult_t rc = weftRecv(buf.data(), buf.size(), weftFloat32, 0, comm, nullptr);
-      const std::string error = weftGetLastError(comm);
-      const auto sevens = std::count(buf.begin(), buf.end(), 7.0f);
-      RANK_CHECK(ctx, rc == weftRemoteError, "rc %d (%zd of the sender's later bytes received): %s", rc,
-                 static_cast<ssize_t>(sevens), error.c_str());
-      RANK_CHECK(ctx, error.find("withdrew") != std::string::npos, "error: %s", error.c_str());
-    }
-    RANK_WEFT(ctx, weftCommAbort(comm));
-    return 0;
-  });
-  unsetenv("WEFT_SHM_REMOTE_READ_MIN_BYTES");
-  unsetenv("WEFT_TRANSPORT");
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
-}
-
 // A peer that has finished its part and exited leaves its end of the control socket readable
 // (EOF) for good. A rank still waiting on another peer must sleep through that, not poll a
 // descriptor that is always ready: ranks that share cores need the time it would burn.

@@ -27,8 +27,10 @@ struct Options {
   std::vector<std::string> command;
 };
 
-// The CPUs of each of the first `nproc` cores the launcher may run on (--bind-to core); none,
-// with `error` set, when there are fewer cores than ranks.
+// The CPUs of each core the launcher may run on, in the order of their first CPU.
+std::optional<std::vector<cpu_set_t>> usable_cores(std::string& error);
+// The first `nproc` of them (--bind-to core); none, with `error` set, when there are fewer
+// cores than ranks.
 std::optional<std::vector<cpu_set_t>> core_sets(int nproc, std::string& error);
 
 struct OutputStream {

@@ -1,0 +1,112 @@
+// Shared memory with process_vm_readv on (WEFT_SHM_REMOTE_READ_MIN_BYTES): a receiver reads the
+// sender's own buffer. A sender whose send timed out returns, and may refill that buffer at
+// once; a receiver that comes later must then fail, not deliver the refilled bytes as the
+// message (it did before senders withdrew their sends). Ranks are real processes; the steps are
+// ordered through a shared page, not by sleeping.
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multiprocess.h"
+
+using namespace weft::test;
+
+namespace {
+
+// What the two ranks tell each other. Lives in a MAP_SHARED page made before the fork.
+struct Handoff {
+  std::atomic<int> senderPid{0};
+  std::atomic<int> remoteReadOk{-1};  // rank 1's own process_vm_readv of rank 0: 1 worked, 0 not
+  std::atomic<int> refilled{0};       // rank 0's send failed and it wrote new data in the buffer
+  std::atomic<int> readDone{0};       // rank 1 has made its receive
+  long probe = 0x5eed;
+};
+
+// Waits (30 s at most) until `flag` is nonzero; false on time out.
+bool awaitFlag(const std::atomic<int>& flag) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (flag.load() == 0) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Whether this process may read `pid`'s memory with process_vm_readv (Yama's ptrace_scope and
+// container policies forbid it between sibling processes on some machines; Weft then copies).
+bool canReadFrom(pid_t pid, const long* remote) {
+  long got = 0;
+  iovec local{&got, sizeof(got)};
+  iovec there{const_cast<long*>(remote), sizeof(got)};
+  return process_vm_readv(pid, &local, 1, &there, 1, 0) == static_cast<ssize_t>(sizeof(got)) && got == *remote;
+}
+
+}  // namespace
+
+TEST_CASE("shm: a late receiver does not read a buffer its timed-out sender reused", "[shm][faults]") {
+  void* page = mmap(nullptr, sizeof(Handoff), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(page != MAP_FAILED);
+  auto* handoff = new (page) Handoff;
+  setenv("WEFT_TRANSPORT", "shm", 1);
+  setenv("WEFT_SHM_REMOTE_READ_MIN_BYTES", "0", 1);
+  auto outcomes = runRanks(2, [handoff](RankContext& ctx) {
+    if (ctx.rank == 0) handoff->senderPid.store(getpid());
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 3000;  // how long rank 0's send waits before it fails
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (comm == nullptr) return 1;
+    const int peer = 1 - ctx.rank;
+    std::vector<float> buf(1 << 18, 1.0f);
+    RANK_WEFT(ctx, weftGroupStart());  // connects the pair, both ways
+    RANK_WEFT(ctx, weftSend(buf.data(), 1, weftFloat32, peer, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(buf.data() + 1, 1, weftFloat32, peer, comm, nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    if (ctx.rank == 1) {
+      handoff->remoteReadOk.store(canReadFrom(handoff->senderPid.load(), &handoff->probe) ? 1 : 0);
+    } else {
+      while (handoff->remoteReadOk.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (handoff->remoteReadOk.load() == 0) {  // nothing to test: large messages are copied
+      RANK_WEFT(ctx, weftCommAbort(comm));
+      return 0;
+    }
+    if (ctx.rank == 0) {
+      std::fill(buf.begin(), buf.end(), 1.0f);
+      const weftResult_t rc = weftSend(buf.data(), buf.size(), weftFloat32, 1, comm, nullptr);
+      RANK_CHECK(ctx, rc != weftSuccess, "the send completed with no receiver");
+      std::fill(buf.begin(), buf.end(), 7.0f);  // the caller's buffer is its own again
+      handoff->refilled.store(1);
+      RANK_CHECK(ctx, awaitFlag(handoff->readDone), "rank 1 never received");  // alive while it reads
+    } else {
+      RANK_CHECK(ctx, awaitFlag(handoff->refilled), "rank 0's send never returned");
+      std::fill(buf.begin(), buf.end(), 0.0f);
+      const weftResult_t rc = weftRecv(buf.data(), buf.size(), weftFloat32, 0, comm, nullptr);
+      const std::string error = weftGetLastError(comm);
+      handoff->readDone.store(1);
+      const auto sevens = std::count(buf.begin(), buf.end(), 7.0f);
+      RANK_CHECK(ctx, rc == weftRemoteError, "rc %d (%zd of the sender's later bytes received): %s", rc,
+                 static_cast<ssize_t>(sevens), error.c_str());
+      RANK_CHECK(ctx, error.find("withdrew") != std::string::npos, "error: %s", error.c_str());
+    }
+    RANK_WEFT(ctx, weftCommAbort(comm));
+    return 0;
+  });
+  unsetenv("WEFT_SHM_REMOTE_READ_MIN_BYTES");
+  unsetenv("WEFT_TRANSPORT");
+  const bool tested = handoff->remoteReadOk.load() == 1;
+  munmap(page, sizeof(Handoff));
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+  if (!tested) WARN("process_vm_readv is not permitted between the ranks here: nothing to withdraw, not tested");
+}
