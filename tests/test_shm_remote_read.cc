@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "multiprocess.h"
+#include "transport/shm/shm_setup.h"
 
 using namespace weft::test;
 
@@ -29,7 +29,7 @@ struct Handoff {
   std::atomic<int> remoteReadOk{-1};  // rank 1's own process_vm_readv of rank 0: 1 worked, 0 not
   std::atomic<int> refilled{0};       // rank 0's send failed and it wrote new data in the buffer
   std::atomic<int> readDone{0};       // rank 1 has made its receive
-  long probe = 0x5eed;
+  uint64_t probe = 0x5eed;
 };
 
 // Waits (30 s at most) until `flag` is nonzero; false on time out.
@@ -40,15 +40,6 @@ bool awaitFlag(const std::atomic<int>& flag) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
-}
-
-// Whether this process may read `pid`'s memory with process_vm_readv (Yama's ptrace_scope and
-// container policies forbid it between sibling processes on some machines; Weft then copies).
-bool canReadFrom(pid_t pid, const long* remote) {
-  long got = 0;
-  iovec local{&got, sizeof(got)};
-  iovec there{const_cast<long*>(remote), sizeof(got)};
-  return process_vm_readv(pid, &local, 1, &there, 1, 0) == static_cast<ssize_t>(sizeof(got)) && got == *remote;
 }
 
 }  // namespace
@@ -73,7 +64,9 @@ TEST_CASE("shm: a late receiver does not read a buffer its timed-out sender reus
     RANK_WEFT(ctx, weftRecv(buf.data() + 1, 1, weftFloat32, peer, comm, nullptr));
     RANK_WEFT(ctx, weftGroupEnd());
     if (ctx.rank == 1) {
-      handoff->remoteReadOk.store(canReadFrom(handoff->senderPid.load(), &handoff->probe) ? 1 : 0);
+      const auto probeAt = reinterpret_cast<uint64_t>(&handoff->probe);  // same address in rank 0
+      const bool ok = weft::transport::canReadRemote(handoff->senderPid.load(), probeAt, handoff->probe);
+      handoff->remoteReadOk.store(ok ? 1 : 0);
     } else {
       while (handoff->remoteReadOk.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

@@ -51,14 +51,6 @@ const uint64_t& probeValue() {
   return value;
 }
 
-bool probeRemoteRead(pid_t pid, const ShmOffer& offer) {
-  uint64_t got = 0;
-  iovec local{&got, sizeof(got)};
-  iovec remote{reinterpret_cast<void*>(offer.probeAddress), sizeof(got)};
-  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof(got)) &&
-         got == offer.probeValue;
-}
-
 bool offerIsSane(const ShmOffer& o) {
   return o.magic == kOfferMagic && o.version == kSetupVersion && o.status <= kFailed && o.slots >= 2 &&
          o.slots <= 4096 && o.slotBytes >= 64 && o.slotBytes <= (64u << 20) && o.slotBytes % 64 == 0 &&
@@ -109,6 +101,13 @@ Result<ShmOptions> shmOptionsFromEnv() {
     else return Status(weftInvalidArgument, "WEFT_SHM_REMOTE_READ_MIN_BYTES=\"" + *text + "\": expected a size or never");
   }
   return options;
+}
+
+bool canReadRemote(pid_t pid, uint64_t address, uint64_t expected) {
+  uint64_t got = 0;
+  iovec local{&got, sizeof(got)};
+  iovec remote{reinterpret_cast<void*>(address), sizeof(got)};
+  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof(got)) && got == expected;
 }
 
 Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vector<UniqueFd>& streams,
@@ -178,7 +177,7 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
   ShmSegment inbound;
   auto ring = mapPeerRing(theirs, &inbound);
   ShmAck ack{kAckMagic, static_cast<uint16_t>(ring.isOk()), 0};
-  ack.remoteReadOk = probeRemoteRead(peer.pid, theirs) ? 1 : 0;
+  ack.remoteReadOk = canReadRemote(peer.pid, theirs.probeAddress, theirs.probeValue) ? 1 : 0;
   ShmAck theirAck{};
   WEFT_TRY(sendAll(fd, &ack, sizeof(ack), deadline, abortFlag).withContext("shared-memory setup"));
   WEFT_TRY(recvAll(fd, &theirAck, sizeof(theirAck), deadline, abortFlag).withContext("shared-memory setup"));

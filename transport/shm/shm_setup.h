@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ struct ShmOptions {
 // WEFT_TRANSPORT=socket|shm (unset: shm between ranks on one host), WEFT_SHM_DISABLE=1,
 // WEFT_SHM_SLOTS, WEFT_SHM_SLOT_BYTES, WEFT_SHM_REMOTE_READ_MIN_BYTES ("never" disables it).
 Result<ShmOptions> shmOptionsFromEnv();
+
+// Whether this process may read `pid`'s memory with process_vm_readv (Yama's ptrace_scope and
+// container policies forbid it between sibling processes on some machines): reads the 8 bytes
+// at `address` there and compares them with `expected`.
+bool canReadRemote(pid_t pid, uint64_t address, uint64_t expected);
 
 struct ShmPeer {
   int rank;
