@@ -10,4 +10,9 @@ PYBIND11_MODULE(_weft_torch, m) {
   m.def("create_process_group", &weft_torch::ProcessGroupWeft::create, pybind11::arg("store"), pybind11::arg("rank"),
         pybind11::arg("size"), pybind11::arg("timeout"),
         "Makes this rank's Weft process group (what torch.distributed calls for backend \"weft\").");
+#ifdef WEFT_TORCH_CUDA
+  m.attr("cuda_tensors") = true;
+#else
+  m.attr("cuda_tensors") = false;
+#endif
 }

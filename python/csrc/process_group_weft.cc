@@ -4,13 +4,14 @@
 #include <limits>
 #include <stdexcept>
 
+#include "device_lane.hpp"
 #include "tensor_args.h"
 
 namespace weft_torch {
 
 ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
-    : BackendBase(rank, size), timeout_(timeout) {
+    : BackendBase(rank, size), store_(store), timeout_(timeout) {
   // One id per process group: torch hands each group its own prefixed store.
   const std::string key = "weft_unique_id";
   weftUniqueId id;
@@ -52,6 +53,7 @@ ProcessGroupWeft::~ProcessGroupWeft() {
   } else if (futurer_.joinable()) {
     futurer_.join();
   }
+  lane_.reset();
   if (comm_ != nullptr) weftCommDestroy(comm_);
 }
 
@@ -94,78 +96,12 @@ c10::intrusive_ptr<BackendBase> ProcessGroupWeft::create(const c10::intrusive_pt
                                                std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                        const std::function<weftResult_t(weftStream_t)>& issue,
-                                                        std::function<void()> finish) {
-  std::lock_guard<std::mutex> issuing(issueMutex_);
-  issueDeferredLocked();
-  auto stream = std::make_shared<HostStream>();
-  check(weftStreamCreate(&stream->stream), comm_, "weftStreamCreate");
-  check(issue(stream->stream), comm_, "issuing the collective");
-  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, std::move(stream), std::move(outputs),
-                                            std::move(finish), timeout_, futurer_.get_id());
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(work);
-  }
-  changed_.notify_one();
-  return work;
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::defer(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                       std::function<weftResult_t(weftStream_t)> issue,
-                                                       std::function<void()> finish) {
-  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, nullptr, std::move(outputs), std::move(finish),
-                                            timeout_, futurer_.get_id(), [this] {
-                                              std::lock_guard<std::mutex> lock(issueMutex_);
-                                              issueDeferredLocked();
-                                            });
-  std::lock_guard<std::mutex> lock(issueMutex_);
-  deferred_.emplace_back(work, std::move(issue));
-  return work;
-}
-
-void ProcessGroupWeft::issueDeferredLocked() {
-  if (deferred_.empty()) return;
-  auto batch = std::move(deferred_);
-  deferred_.clear();
-  auto stream = std::make_shared<HostStream>();
-  weftResult_t rc = weftStreamCreate(&stream->stream);
-  if (rc == weftSuccess) {
-    rc = weftGroupStart();
-    for (auto& [work, issue] : batch) {
-      weftResult_t one = issue(stream->stream);  // Weft calls only: nothing here throws
-      if (rc == weftSuccess) rc = one;
-    }
-    weftResult_t end = weftGroupEnd();
-    if (rc == weftSuccess) rc = end;
-  }
-  if (rc != weftSuccess) {
-    std::exception_ptr error;
-    try {
-      check(rc, comm_, "issuing sends and receives");
-    } catch (...) {
-      error = std::current_exception();
-    }
-    for (auto& entry : batch) entry.first->failToIssue(error);
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& entry : batch) {
-      entry.first->issued(stream);
-      pending_.push_back(entry.first);
-    }
-  }
-  changed_.notify_one();
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   checkSingle(tensors, "broadcast");
   at::Tensor t = tensors[0], d = dense(t);
-  return submit(c10d::OpType::BROADCAST, {t}, [&](weftStream_t s) {
-    return weftBcast(d.data_ptr(), count(d), weftType(d), static_cast<int>(opts.rootRank), comm_, s);
+  return submit(c10d::OpType::BROADCAST, d, {t}, [&](weftComm_t comm, weftStream_t s) {
+    return weftBcast(d.data_ptr(), count(d), weftType(d), static_cast<int>(opts.rootRank), comm, s);
   }, [t, d] { copyBack(t, d); });
 }
 
@@ -174,9 +110,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce(std::vector<at::Tenso
   checkSingle(tensors, "allreduce");
   at::Tensor t = tensors[0], d = dense(t);
   const Reduction r = reductionOf(opts.reduceOp, d);
-  return submit(c10d::OpType::ALLREDUCE, {t}, [&](weftStream_t s) {
-    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
-      return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+  return submit(c10d::OpType::ALLREDUCE, d, {t}, [&](weftComm_t comm, weftStream_t s) {
+    return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
+      return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm, s);
     });
   }, [t, d] { copyBack(t, d); });
 }
@@ -190,17 +126,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce_coalesced(std::vector
   std::vector<weftDataType_t> types;
   for (const auto& t : tensors) {
     checkTensor(t);
+    TORCH_CHECK(t.device() == tensors[0].device(), "weft: allreduce_coalesced: tensors on ", tensors[0].device(),
+                " and on ", t.device());
     denses.push_back(dense(t));
     reductions.push_back(reductionOf(opts.reduceOp, t));
     types.push_back(weftType(t));
   }
   std::vector<at::Tensor> outputs = tensors;
-  return submit(c10d::OpType::ALLREDUCE_COALESCED, outputs, [&](weftStream_t s) {
+  return submit(c10d::OpType::ALLREDUCE_COALESCED, denses.empty() ? at::Tensor() : denses[0], outputs, [&](weftComm_t comm, weftStream_t s) {
     weftResult_t rc = weftGroupStart();
     for (size_t i = 0; i < denses.size(); ++i) {
       const at::Tensor& d = denses[i];
-      weftResult_t one = withOperator(reductions[i], comm_, types[i], [&](weftRedOp_t op) {
-        return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), types[i], op, comm_, s);
+      weftResult_t one = withOperator(reductions[i], comm, types[i], [&](weftRedOp_t op) {
+        return weftAllReduce(d.data_ptr(), d.data_ptr(), count(d), types[i], op, comm, s);
       });
       if (rc == weftSuccess) rc = one;
     }
@@ -215,9 +153,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce(std::vector<at::Tensor>&
   checkSingle(tensors, "reduce");
   at::Tensor t = tensors[0], d = dense(t);
   const Reduction r = reductionOf(opts.reduceOp, d);
-  return submit(c10d::OpType::REDUCE, {t}, [&](weftStream_t s) {
-    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
-      return weftReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, static_cast<int>(opts.rootRank), comm_, s);
+  return submit(c10d::OpType::REDUCE, d, {t}, [&](weftComm_t comm, weftStream_t s) {
+    return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
+      return weftReduce(d.data_ptr(), d.data_ptr(), count(d), weftType(d), op, static_cast<int>(opts.rootRank), comm, s);
     });
   }, [t, d] { copyBack(t, d); });
 }
@@ -232,8 +170,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allgather(std::vector<std::vect
   checkPieces(outputs[0], in, "allgather");
   at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
   std::vector<at::Tensor> outs = outputs[0];
-  return submit(c10d::OpType::ALLGATHER, outs, [&](weftStream_t s) {
-    return weftAllGather(in.data_ptr(), flat.data_ptr(), count(in), weftType(in), comm_, s);
+  return submit(c10d::OpType::ALLGATHER, in, outs, [&](weftComm_t comm, weftStream_t s) {
+    return weftAllGather(in.data_ptr(), flat.data_ptr(), count(in), weftType(in), comm, s);
   }, [outs, flat, in] {
     for (size_t i = 0; i < outs.size(); ++i) {
       outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * in.numel(), in.numel()).view(outs[i].sizes()));
@@ -248,8 +186,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_allgather_base(at::Tensor& out
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "weft: _allgather_base output must hold size x input");
   checkSameType(input, output, "_allgather_base");
   at::Tensor out = output, d = dense(output), in = dense(input);
-  return submit(c10d::OpType::_ALLGATHER_BASE, {out}, [&](weftStream_t s) {
-    return weftAllGather(in.data_ptr(), d.data_ptr(), count(in), weftType(in), comm_, s);
+  return submit(c10d::OpType::_ALLGATHER_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
+    return weftAllGather(in.data_ptr(), d.data_ptr(), count(in), weftType(in), comm, s);
   }, [out, d, in] { copyBack(out, d); });
 }
 
@@ -265,8 +203,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::gather(std::vector<std::vector<
   if (isRoot) checkPieces(outputs[0], in, "gather");
   at::Tensor flat = isRoot ? at::empty({getSize() * in.numel()}, in.options()) : at::Tensor();
   std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
-  return submit(c10d::OpType::GATHER, outs, [&](weftStream_t s) {
-    return weftGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, count(in), weftType(in), root, comm_, s);
+  return submit(c10d::OpType::GATHER, in, outs, [&](weftComm_t comm, weftStream_t s) {
+    return weftGather(in.data_ptr(), isRoot ? flat.data_ptr() : nullptr, count(in), weftType(in), root, comm, s);
   }, [outs, flat, in] {
     for (size_t i = 0; i < outs.size(); ++i) {
       outs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * in.numel(), in.numel()).view(outs[i].sizes()));
@@ -290,8 +228,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::scatter(std::vector<at::Tensor>
     for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
     flat = at::cat(pieces);
   }
-  return submit(c10d::OpType::SCATTER, {out}, [&](weftStream_t s) {
-    return weftScatter(isRoot ? flat.data_ptr() : nullptr, d.data_ptr(), count(d), weftType(d), root, comm_, s);
+  return submit(c10d::OpType::SCATTER, d, {out}, [&](weftComm_t comm, weftStream_t s) {
+    return weftScatter(isRoot ? flat.data_ptr() : nullptr, d.data_ptr(), count(d), weftType(d), root, comm, s);
   }, [out, d, flat] { copyBack(out, d); });
 }
 
@@ -307,9 +245,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce_scatter(std::vector<at::
   for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
   at::Tensor flat = at::cat(pieces);
   const Reduction r = reductionOf(opts.reduceOp, d);
-  return submit(c10d::OpType::REDUCE_SCATTER, {out}, [&](weftStream_t s) {
-    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
-      return weftReduceScatter(flat.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+  return submit(c10d::OpType::REDUCE_SCATTER, d, {out}, [&](weftComm_t comm, weftStream_t s) {
+    return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
+      return weftReduceScatter(flat.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm, s);
     });
   }, [out, d, flat] { copyBack(out, d); });
 }
@@ -322,9 +260,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_reduce_scatter_base(at::Tensor
   checkSameType(input, output, "_reduce_scatter_base");
   at::Tensor out = output, d = dense(output), in = dense(input);
   const Reduction r = reductionOf(opts.reduceOp, d);
-  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [&](weftStream_t s) {
-    return withOperator(r, comm_, weftType(d), [&](weftRedOp_t op) {
-      return weftReduceScatter(in.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm_, s);
+  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
+    return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
+      return weftReduceScatter(in.data_ptr(), d.data_ptr(), count(d), weftType(d), op, comm, s);
     });
   }, [out, d, in] { copyBack(out, d); });
 }
@@ -341,8 +279,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& outpu
   const weftDataType_t type = weftType(in);
   if (outputSplits.empty() && inputSplits.empty()) {
     TORCH_CHECK(in.numel() == d.numel() && in.numel() % n == 0, "weft: alltoall_base needs equal, divisible sizes");
-    return submit(c10d::OpType::ALLTOALL_BASE, {out}, [&](weftStream_t s) {
-      return weftAlltoAll(in.data_ptr(), d.data_ptr(), count(in) / static_cast<size_t>(n), type, comm_, s);
+    return submit(c10d::OpType::ALLTOALL_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
+      return weftAlltoAll(in.data_ptr(), d.data_ptr(), count(in) / static_cast<size_t>(n), type, comm, s);
     }, [out, d, in] { copyBack(out, d); });
   }
   const std::vector<int64_t> inSplits = rowSplits(inputSplits, in, n, "input");
@@ -350,14 +288,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& outpu
   const int64_t inRow = in.dim() > 0 && in.size(0) > 0 ? in.numel() / in.size(0) : 0;
   const int64_t outRow = d.dim() > 0 && d.size(0) > 0 ? d.numel() / d.size(0) : 0;
   const size_t esize = in.element_size();
-  return submit(c10d::OpType::ALLTOALL_BASE, {out}, [&](weftStream_t s) {
+  return submit(c10d::OpType::ALLTOALL_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
     weftResult_t rc = weftGroupStart();
     int64_t inAt = 0, outAt = 0;
     for (int p = 0; p < n; ++p) {
       auto* src = static_cast<char*>(in.data_ptr()) + static_cast<size_t>(inAt * inRow) * esize;
       auto* dst = static_cast<char*>(d.data_ptr()) + static_cast<size_t>(outAt * outRow) * esize;
-      weftResult_t a = weftSend(src, static_cast<size_t>(inSplits[p] * inRow), type, p, comm_, s);
-      weftResult_t b = weftRecv(dst, static_cast<size_t>(outSplits[p] * outRow), type, p, comm_, s);
+      weftResult_t a = weftSend(src, static_cast<size_t>(inSplits[p] * inRow), type, p, comm, s);
+      weftResult_t b = weftRecv(dst, static_cast<size_t>(outSplits[p] * outRow), type, p, comm, s);
       if (rc == weftSuccess) rc = a != weftSuccess ? a : b;
       inAt += inSplits[p];
       outAt += outSplits[p];
@@ -378,18 +316,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor
     checkTensor(inputs[static_cast<size_t>(p)]);
     checkTensor(outputs[static_cast<size_t>(p)]);
     checkSameType(inputs[static_cast<size_t>(p)], outputs[static_cast<size_t>(p)], "alltoall");
+    TORCH_CHECK(inputs[static_cast<size_t>(p)].device() == inputs[0].device(), "weft: alltoall: tensors on ",
+                inputs[0].device(), " and on ", inputs[static_cast<size_t>(p)].device());
     ins.push_back(dense(inputs[static_cast<size_t>(p)]));
     outs.push_back(dense(outputs[static_cast<size_t>(p)]));
     types.push_back(weftType(ins.back()));
   }
   std::vector<at::Tensor> results = outputs;
-  return submit(c10d::OpType::ALLTOALL, results, [&](weftStream_t s) {
+  return submit(c10d::OpType::ALLTOALL, ins[0], results, [&](weftComm_t comm, weftStream_t s) {
     weftResult_t rc = weftGroupStart();
     for (int p = 0; p < n; ++p) {
       const auto& a = ins[static_cast<size_t>(p)];
       const auto& b = outs[static_cast<size_t>(p)];
-      weftResult_t x = weftSend(a.data_ptr(), count(a), types[static_cast<size_t>(p)], p, comm_, s);
-      weftResult_t y = weftRecv(b.data_ptr(), count(b), types[static_cast<size_t>(p)], p, comm_, s);
+      weftResult_t x = weftSend(a.data_ptr(), count(a), types[static_cast<size_t>(p)], p, comm, s);
+      weftResult_t y = weftRecv(b.data_ptr(), count(b), types[static_cast<size_t>(p)], p, comm, s);
       if (rc == weftSuccess) rc = x != weftSuccess ? x : y;
     }
     weftResult_t end = weftGroupEnd();
@@ -403,7 +343,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& t
   checkSingle(tensors, "send");
   at::Tensor d = dense(tensors[0]);
   const weftDataType_t type = weftType(d);
-  return defer(c10d::OpType::SEND, {tensors[0]}, [d, type, dstRank, comm = comm_](weftStream_t s) {
+  return defer(c10d::OpType::SEND, d, {tensors[0]}, [d, type, dstRank](weftComm_t comm, weftStream_t s) {
     return weftSend(d.data_ptr(), count(d), type, dstRank, comm, s);
   }, [d] {});
 }
@@ -412,13 +352,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::recv(std::vector<at::Tensor>& t
   checkSingle(tensors, "recv");
   at::Tensor t = tensors[0], d = dense(t);
   const weftDataType_t type = weftType(d);
-  return defer(c10d::OpType::RECV, {t}, [d, type, srcRank, comm = comm_](weftStream_t s) {
+  return defer(c10d::OpType::RECV, d, {t}, [d, type, srcRank](weftComm_t comm, weftStream_t s) {
     return weftRecv(d.data_ptr(), count(d), type, srcRank, comm, s);
   }, [t, d] { copyBack(t, d); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::barrier(const c10d::BarrierOptions&) {
-  return submit(c10d::OpType::BARRIER, {}, [&](weftStream_t s) { return weftBarrier(comm_, s); });
+  return submit(c10d::OpType::BARRIER, at::Tensor(), {}, [&](weftComm_t comm, weftStream_t s) { return weftBarrier(comm, s); });
 }
 
 }  // namespace weft_torch

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -29,24 +30,36 @@ using BackendBase = c10d::Backend;
 using BackendBase = c10d::ProcessGroup;
 #endif
 
-// A Weft host stream, destroyed when the last operation issued on it is done with it.
-struct HostStream {
+// What an issued operation is waiting on: await() returns once it is done, or throws its error.
+class Completion {
+ public:
+  virtual ~Completion() = default;
+  // comm: the operation's communicator, whose last-error text an error carries.
+  virtual void await(weftComm_t comm) = 0;
+};
+
+// A Weft host stream (CPU tensors), destroyed when the last operation issued on it is done with it.
+struct HostStream final : Completion {
   weftStream_t stream = nullptr;
   HostStream() = default;
   HostStream(const HostStream&) = delete;
   HostStream& operator=(const HostStream&) = delete;
-  ~HostStream();
+  ~HostStream() override;
+  void await(weftComm_t comm) override;
 };
 
-// One operation: done when its Weft stream has run it; then `finish` copies results into the
-// caller's tensors and the future completes with them.
+class DeviceLane;  // CUDA tensors (device_lane.hpp), in a build against a torch with CUDA
+
+// One operation: done when its Completion says so; then `finish` copies results into the
+// caller's tensors (for CUDA tensors it ran, in stream order, when the operation was issued) and
+// the future completes with them.
 class WeftWork : public c10d::Work {
  public:
-  // A null stream: the operation is not issued yet (a send or receive held back to be issued
+  // A null completion: the operation is not issued yet (a send or receive held back to be issued
   // with its neighbours); `issueDeferred` issues it, and whatever waits on it calls that first.
   // futureThread: the process group's thread that completes futures (and runs their then()
   // callbacks); a wait() there does not wait for futures, which that thread completes later.
-  WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
+  WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<Completion> completion,
            std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
            std::thread::id futureThread, std::function<void()> issueDeferred = {});
   ~WeftWork() override = default;
@@ -57,8 +70,8 @@ class WeftWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
-  // The deferred operation was issued on `stream`.
-  void issued(std::shared_ptr<HostStream> stream);
+  // The deferred operation was issued on `comm`; it completes with `completion`, then runs `finish`.
+  void issued(weftComm_t comm, std::shared_ptr<Completion> completion, std::function<void()> finish);
   // The deferred operation could not be issued: it ends with `error`.
   void failToIssue(std::exception_ptr error);
   // Called by the process group's completion thread, in issue order: the Work is done.
@@ -70,7 +83,7 @@ class WeftWork : public c10d::Work {
   void issueIfDeferred();
 
   weftComm_t comm_;
-  std::shared_ptr<HostStream> stream_;
+  std::shared_ptr<Completion> completion_;
   std::function<void()> issueDeferred_;  // set while deferred; guarded by deferredMutex_
   std::mutex deferredMutex_;
   std::vector<at::Tensor> outputs_;
@@ -122,23 +135,37 @@ class ProcessGroupWeft : public BackendBase {
                                                 const std::chrono::duration<float>& timeout);
 
  private:
-  // Issues `issue(stream)` (Weft calls on a fresh host stream) and returns its Work; `finish`
-  // runs once it completed (copying results out of staging tensors).
-  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                        const std::function<weftResult_t(weftStream_t)>& issue,
-                                        std::function<void()> finish = {});
+  // The Weft calls of one operation, on the communicator and stream they are given.
+  using Issue = std::function<weftResult_t(weftComm_t, weftStream_t)>;
+
+  // Issues `issue` and returns its Work. `like`, a tensor of the operation, says where it runs:
+  // CPU tensors on a fresh Weft host stream of comm_, with `finish` (copying results out of
+  // staging tensors) once it completed; CUDA tensors on the device lane (device_lane.hpp).
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const at::Tensor& like, std::vector<at::Tensor> outputs,
+                                        const Issue& issue, std::function<void()> finish = {});
   void completionLoop();
   // Sends and receives are held back and issued together, as one Weft group, when anything
   // waits on one of them or another operation is issued: issued one by one, two ranks that
   // both send first (isend then irecv, or batch_isend_irecv) would each wait for the other's
   // receive. Other operations issue what is held first, so every rank keeps one order.
-  c10::intrusive_ptr<c10d::Work> defer(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                       std::function<weftResult_t(weftStream_t)> issue, std::function<void()> finish);
+  c10::intrusive_ptr<c10d::Work> defer(c10d::OpType type, const at::Tensor& like, std::vector<at::Tensor> outputs,
+                                       Issue issue, std::function<void()> finish);
   void issueDeferredLocked();  // issueMutex_ held
+  // The lane for CUDA tensor `like` (made by the first CUDA operation); issueMutex_ held.
+  DeviceLane& laneFor(const at::Tensor& like);
 
   weftComm_t comm_ = nullptr;
+  c10::intrusive_ptr<c10d::Store> store_;  // for the device lane's unique id
+  std::unique_ptr<DeviceLane> lane_;
   std::mutex issueMutex_;  // operations reach Weft in one order
-  std::vector<std::pair<c10::intrusive_ptr<WeftWork>, std::function<weftResult_t(weftStream_t)>>> deferred_;
+  struct Deferred {
+    c10::intrusive_ptr<WeftWork> work;
+    Issue issue;
+    std::function<void()> finish;
+    bool onDevice;
+  };
+  std::vector<Deferred> deferred_;
+  void issueDeferredBatch(std::vector<Deferred> batch, bool onDevice);  // issueMutex_ held
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable changed_;

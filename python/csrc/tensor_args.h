@@ -38,7 +38,13 @@ inline weftDataType_t weftType(const at::Tensor& t) {
 }
 
 inline void checkTensor(const at::Tensor& t) {
-  TORCH_CHECK(t.device().is_cpu(), "weft: this build handles CPU tensors only (got one on ", t.device(), ")");
+#ifdef WEFT_TORCH_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "weft: tensors must be on the CPU or a CUDA GPU (got one on ",
+              t.device(), ")");
+#else
+  TORCH_CHECK(t.device().is_cpu(), "weft: this build handles CPU tensors only (got one on ", t.device(),
+              "); CUDA tensors need weft_torch built against a torch with CUDA");
+#endif
   TORCH_CHECK(!t.is_sparse(), "weft: sparse tensors are not supported");
 }
 
@@ -50,6 +56,8 @@ inline void checkSingle(const std::vector<at::Tensor>& tensors, const char* what
 inline void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "weft: ", what, ": input and output types differ (", a.scalar_type(),
               " and ", b.scalar_type(), ")");
+  TORCH_CHECK(a.device() == b.device(), "weft: ", what, ": input and output are on different devices (", a.device(),
+              " and ", b.device(), ")");
 }
 
 // Each tensor of a per-rank list must hold what `like` holds: the list goes through one flat
@@ -58,9 +66,10 @@ inline void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* 
 inline void checkPieces(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* what) {
   for (const auto& t : list) {
     checkTensor(t);
-    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "weft: ", what,
-                ": every tensor of the list must hold ", like.numel(), " elements of type ", like.scalar_type(), ", got ",
-                t.numel(), " of type ", t.scalar_type());
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type() && t.device() == like.device(),
+                "weft: ", what, ": every tensor of the list must hold ", like.numel(), " elements of type ",
+                like.scalar_type(), " on ", like.device(), ", got ", t.numel(), " of type ", t.scalar_type(), " on ",
+                t.device());
   }
 }
 
@@ -97,6 +106,19 @@ struct Reduction {
   at::Tensor factor;  // one element of the tensor's type
 };
 
+// PREMUL_SUM's factor as a 0-d tensor. torch 1.13 and 2.0 keep a tensor factor in a vector
+// (tensor_factors), later torch in one tensor (tensor_factor); either may be empty, and then the
+// factor is the double.
+template <typename Supplement>
+at::Tensor preMulSumFactor(const Supplement& s) {
+  if constexpr (requires { s.tensor_factors; }) {
+    if (!s.tensor_factors.empty()) return s.tensor_factors[0].reshape({});
+  } else {
+    if (s.tensor_factor.defined()) return s.tensor_factor.reshape({});
+  }
+  return at::scalar_tensor(s.double_factor);
+}
+
 inline Reduction reductionOf(const c10d::ReduceOp& op, const at::Tensor& like) {
   Reduction r;
   switch (op.op_) {
@@ -108,10 +130,9 @@ inline Reduction reductionOf(const c10d::ReduceOp& op, const at::Tensor& like) {
     case c10d::ReduceOp::PREMUL_SUM: {
       auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(supplement != nullptr, "weft: PREMUL_SUM without its factor");
-      at::Tensor factor = supplement->tensor_factors.empty() ? at::scalar_tensor(supplement->double_factor)
-                                                             : supplement->tensor_factors[0].reshape({});
       r.premul = true;
-      r.factor = factor.to(like.scalar_type()).contiguous();
+      // Weft reads the scalar on the host, when the operation is issued.
+      r.factor = preMulSumFactor(*supplement).to(at::kCPU, like.scalar_type()).contiguous();
       break;
     }
     default: TORCH_CHECK(false, "weft: reduction op ", static_cast<int>(op.op_), " (bitwise) is not supported");

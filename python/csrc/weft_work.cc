@@ -1,4 +1,4 @@
-// WeftWork: one operation of the torch backend, done when its Weft host stream has run it.
+// WeftWork: one operation of the torch backend, done when its Completion says so.
 #include "process_group_weft.hpp"
 
 #include "tensor_args.h"
@@ -9,12 +9,14 @@ HostStream::~HostStream() {
   if (stream != nullptr) weftStreamDestroy(stream);
 }
 
-WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<HostStream> stream,
+void HostStream::await(weftComm_t comm) { check(weftStreamSynchronize(stream), comm, "collective"); }
+
+WeftWork::WeftWork(int rank, c10d::OpType type, weftComm_t comm, std::shared_ptr<Completion> completion,
                    std::vector<at::Tensor> outputs, std::function<void()> finish, std::chrono::milliseconds timeout,
                    std::thread::id futureThread, std::function<void()> issueDeferred)
     : c10d::Work(rank, type),
       comm_(comm),
-      stream_(std::move(stream)),
+      completion_(std::move(completion)),
       issueDeferred_(std::move(issueDeferred)),
       outputs_(std::move(outputs)),
       finish_(std::move(finish)),
@@ -31,9 +33,11 @@ void WeftWork::issueIfDeferred() {
   if (issue) issue();  // the process group issues every held-back operation, this one included
 }
 
-void WeftWork::issued(std::shared_ptr<HostStream> stream) {
+void WeftWork::issued(weftComm_t comm, std::shared_ptr<Completion> completion, std::function<void()> finish) {
   std::lock_guard<std::mutex> lock(deferredMutex_);
-  stream_ = std::move(stream);
+  comm_ = comm;
+  completion_ = std::move(completion);
+  finish_ = std::move(finish);
   issueDeferred_ = nullptr;
 }
 
@@ -53,14 +57,14 @@ c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() {
 
 void WeftWork::complete() {
   std::exception_ptr error;
-  weftResult_t rc = weftStreamSynchronize(stream_->stream);
   try {
-    check(rc, comm_, "collective");
+    completion_->await(comm_);
     if (finish_) finish_();
   } catch (...) {
     error = std::current_exception();
   }
-  stream_.reset();
+  completion_.reset();
+  finish_ = nullptr;  // nor the tensors it holds
   error_ = error;
   finish(error);
 }

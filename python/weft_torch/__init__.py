@@ -5,16 +5,24 @@
 
 Works with env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; weftrun sets them) or an explicit
 store; every process group (dist.new_group too) bootstraps its own Weft communicator through the
-c10d store it is given. CPU tensors; errors are RuntimeErrors carrying Weft's message.
+c10d store it is given. CPU tensors, and CUDA tensors where weft_torch was built against a torch
+with CUDA (cuda_tensors says which); errors are RuntimeErrors carrying Weft's message.
 """
+
+import inspect
 
 import torch.distributed as dist
 
-from ._weft_torch import create_process_group
+from ._weft_torch import create_process_group, cuda_tensors
 
 BACKEND_NAME = "weft"
 
 if not hasattr(dist.Backend, BACKEND_NAME.upper()):
-    dist.Backend.register_backend(BACKEND_NAME, create_process_group)
+    # torch 2.x maps devices to backends; torch 1.13's register_backend takes no devices.
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group,
+                                      devices=["cpu", "cuda"] if cuda_tensors else ["cpu"])
+    else:
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group)
 
-__all__ = ["BACKEND_NAME", "create_process_group"]
+__all__ = ["BACKEND_NAME", "create_process_group", "cuda_tensors"]

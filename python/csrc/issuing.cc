@@ -1,0 +1,161 @@
+// How the torch backend's operations reach Weft: one at a time on a host stream (CPU tensors) or
+// the device lane (CUDA tensors), or, for sends and receives, held back and issued together as
+// one Weft group.
+#include <c10/util/Exception.h>
+
+#include "device_lane.hpp"
+#include "process_group_weft.hpp"
+#include "tensor_args.h"
+
+#ifdef WEFT_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace weft_torch {
+
+namespace {
+
+// A failed issue's error, for the Works it ends.
+std::exception_ptr issueError(weftResult_t rc, weftComm_t comm, const char* what) {
+  try {
+    check(rc, comm, what);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+DeviceLane& ProcessGroupWeft::laneFor(const at::Tensor& like) {
+#ifdef WEFT_TORCH_CUDA
+  const c10::DeviceIndex device = like.device().index();
+  if (!lane_) lane_ = std::make_unique<DeviceLane>(store_, getRank(), getSize(), timeout_, device);
+  TORCH_CHECK(lane_->device() == device, "weft: this process group runs CUDA tensors on GPU ", lane_->device(),
+              ", got one on GPU ", device, " (one GPU per process, as with NCCL)");
+  return *lane_;
+#else
+  (void)like;
+  throw std::runtime_error("weft: this build handles CPU tensors only");
+#endif
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, const at::Tensor& like,
+                                                        std::vector<at::Tensor> outputs, const Issue& issue,
+                                                        std::function<void()> finish) {
+  std::lock_guard<std::mutex> issuing(issueMutex_);
+  issueDeferredLocked();
+  weftComm_t comm = comm_;
+  std::shared_ptr<Completion> completion;
+#ifdef WEFT_TORCH_CUDA
+  if (like.defined() && like.is_cuda()) {
+    DeviceLane& lane = laneFor(like);
+    lane.orderAfterCurrent();
+    c10::cuda::CUDAStreamGuard onLane(lane.stream());
+    comm = lane.comm();
+    check(issue(comm, lane.stream().stream()), comm, "issuing the collective");
+    if (finish) finish();  // the copies back, queued on the lane after the collective
+    completion = lane.recordEnd(std::move(finish));
+    finish = nullptr;
+  }
+#endif
+  if (!completion) {
+    auto stream = std::make_shared<HostStream>();
+    check(weftStreamCreate(&stream->stream), comm, "weftStreamCreate");
+    check(issue(comm, stream->stream), comm, "issuing the collective");
+    completion = std::move(stream);
+  }
+  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm, std::move(completion), std::move(outputs),
+                                            std::move(finish), timeout_, futurer_.get_id());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(work);
+  }
+  changed_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::defer(c10d::OpType type, const at::Tensor& like,
+                                                       std::vector<at::Tensor> outputs, Issue issue,
+                                                       std::function<void()> finish) {
+  auto work = c10::make_intrusive<WeftWork>(getRank(), type, comm_, nullptr, std::move(outputs), nullptr, timeout_,
+                                            futurer_.get_id(), [this] {
+                                              std::lock_guard<std::mutex> lock(issueMutex_);
+                                              issueDeferredLocked();
+                                            });
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  const bool onDevice = like.is_cuda();
+  // Every rank of the group makes the device lane together, so a send or receive (between two
+  // of them) cannot be what makes it.
+  TORCH_CHECK(!onDevice || lane_ != nullptr, "weft: the first operation on CUDA tensors in a process group must be "
+              "a collective (every rank sets up the GPU communicator in it), not a send or receive");
+  if (onDevice) laneFor(like);
+  deferred_.push_back(Deferred{work, std::move(issue), std::move(finish), onDevice});
+  return work;
+}
+
+// Issues the held-back operations of one kind (host or device) as one Weft group.
+void ProcessGroupWeft::issueDeferredBatch(std::vector<Deferred> batch, bool onDevice) {
+  if (batch.empty()) return;
+  weftComm_t comm = comm_;
+  std::vector<std::pair<std::shared_ptr<Completion>, std::function<void()>>> ends;
+  weftResult_t rc = weftSuccess;
+  auto issueGroup = [&](weftStream_t stream) {
+    rc = weftGroupStart();
+    for (auto& entry : batch) {
+      weftResult_t one = entry.issue(comm, stream);  // Weft calls only: nothing here throws
+      if (rc == weftSuccess) rc = one;
+    }
+    weftResult_t end = weftGroupEnd();
+    if (rc == weftSuccess) rc = end;
+  };
+  std::exception_ptr error;
+#ifdef WEFT_TORCH_CUDA
+  if (onDevice) {
+    try {
+      comm = lane_->comm();
+      lane_->orderAfterCurrent();
+      c10::cuda::CUDAStreamGuard onLane(lane_->stream());
+      issueGroup(lane_->stream().stream());
+      if (rc == weftSuccess) {
+        for (auto& entry : batch) {
+          if (entry.finish) entry.finish();  // copies back, in stream order
+          ends.emplace_back(lane_->recordEnd(std::move(entry.finish)), nullptr);
+        }
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+#endif
+  if (!onDevice) {
+    auto stream = std::make_shared<HostStream>();
+    rc = weftStreamCreate(&stream->stream);
+    if (rc == weftSuccess) issueGroup(stream->stream);
+    for (auto& entry : batch) ends.emplace_back(stream, std::move(entry.finish));
+  }
+  if (!error && rc != weftSuccess) error = issueError(rc, comm, "issuing sends and receives");
+  if (error) {
+    for (auto& entry : batch) entry.work->failToIssue(error);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i].work->issued(comm, std::move(ends[i].first), std::move(ends[i].second));
+      pending_.push_back(batch[i].work);
+    }
+  }
+  changed_.notify_one();
+}
+
+void ProcessGroupWeft::issueDeferredLocked() {
+  if (deferred_.empty()) return;
+  std::vector<Deferred> host, device;
+  for (auto& entry : deferred_) (entry.onDevice ? device : host).push_back(std::move(entry));
+  deferred_.clear();
+  issueDeferredBatch(std::move(host), false);
+  issueDeferredBatch(std::move(device), true);
+}
+
+}  // namespace weft_torch
