@@ -12,6 +12,7 @@ CUDA tensors: built in when torch has CUDA (torch.version.cuda), its toolkit is 
 and the installed Weft takes device buffers (weft.pc: gpu=cuda); WEFT_TORCH_CUDA=0 or 1 overrides.
 """
 
+import glob
 import os
 import subprocess
 
@@ -39,14 +40,12 @@ def weft_flags():
 def weft_gpu():
     """What device buffers the installed Weft takes: cuda, hip or none (weft.pc's gpu variable)."""
     prefix = os.environ.get("WEFT_PREFIX")
-    if prefix:
-        for lib in ("lib", "lib64"):
-            pc = os.path.join(prefix, lib, "pkgconfig", "weft.pc")
-            if os.path.exists(pc):
-                with open(pc) as f:
-                    for line in f:
-                        if line.startswith("gpu="):
-                            return line[4:].strip()
+    if prefix:  # lib, lib64 or a multiarch lib/<triplet>
+        for pc in sorted(glob.glob(os.path.join(prefix, "lib*", "**", "pkgconfig", "weft.pc"), recursive=True)):
+            with open(pc) as f:
+                for line in f:
+                    if line.startswith("gpu="):
+                        return line[4:].strip()
         return "none"
     try:
         return subprocess.run(["pkg-config", "--variable=gpu", "weft"], check=True, capture_output=True,

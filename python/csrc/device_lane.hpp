@@ -1,23 +1,27 @@
 // CUDA tensors on the "weft" backend, in a build against a torch with CUDA (WEFT_TORCH_CUDA,
 // set by python/setup.py). As in ProcessGroupNCCL, a process group's CUDA operations run on a
-// stream of its own, which first waits (an event, on the device) for the caller's current stream,
-// through a Weft communicator bound to the tensors' GPU; Weft returns at once and completes the
-// operation in the stream's order. The Work is done when an event recorded after the operation
-// (and the copies back into the caller's tensors) has passed; the tensors the operation uses stay
-// referenced until then, so torch's caching allocator cannot hand their memory out under it.
+// stream of its own, which first waits (an event, on the device) for the stream that was current
+// when the operation was called, through a Weft communicator bound to the tensors' GPU; Weft
+// returns at once and completes the operation in the stream's order. The Work is done when an
+// event recorded after the operation (and the copies back into the caller's tensors) has passed.
+// Until then the tensors the operation uses stay referenced, so torch's caching allocator cannot
+// hand their memory out under it; an operation that times out keeps them until the lane is gone.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "process_group_weft.hpp"
 
 #ifdef WEFT_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
 #endif
 
 namespace weft_torch {
+
+// A point in a stream of the lane's GPU (an event recorded there); defined in device_lane.cc.
+struct StreamMark;
 
 #ifdef WEFT_TORCH_CUDA
 
@@ -27,6 +31,8 @@ class DeviceLane {
   // group's store. The communicator is bound to `device`, the stream made there.
   DeviceLane(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
              c10::DeviceIndex device);
+  // Aborts the communicator where an operation timed out (so that its stream moves on), and
+  // waits for the stream before the tensors kept for such operations go.
   ~DeviceLane();
   DeviceLane(const DeviceLane&) = delete;
   DeviceLane& operator=(const DeviceLane&) = delete;
@@ -35,17 +41,25 @@ class DeviceLane {
   weftComm_t comm() const { return comm_; }
   c10::cuda::CUDAStream stream() const { return stream_; }
 
-  // The lane's stream waits for what the calling thread's current stream has queued so far.
-  void orderAfterCurrent();
-  // Records the end of what the lane's stream has queued so far: the operation just issued.
-  std::shared_ptr<Completion> recordEnd(std::function<void()> keepAlive);
+  // Where the calling thread's current stream on the lane's GPU is now.
+  std::shared_ptr<StreamMark> markCurrent();
+  // The lane's stream waits (on the device) until `mark` has passed.
+  void waitFor(const StreamMark& mark);
+
+  // After an operation was issued on the lane's stream: queues `finish` (the copies back into the
+  // caller's tensors) there, and returns the operation's completion, which holds `finish` (and the
+  // tensors it refers to) until the GPU has passed them. Throws nothing: a failure here becomes
+  // the completion's error.
+  std::shared_ptr<Completion> end(std::function<void()> finish);
+
+  struct Kept;  // the tensors of operations that timed out
 
  private:
   c10::DeviceIndex device_;
   std::chrono::milliseconds timeout_;
   weftComm_t comm_ = nullptr;
   c10::cuda::CUDAStream stream_;
-  cudaEvent_t ready_ = nullptr;  // reused: recorded on the caller's stream, waited on by ours
+  std::shared_ptr<Kept> kept_;
 };
 
 #else

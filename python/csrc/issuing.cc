@@ -50,12 +50,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, const
 #ifdef WEFT_TORCH_CUDA
   if (like.defined() && like.is_cuda()) {
     DeviceLane& lane = laneFor(like);
-    lane.orderAfterCurrent();
-    c10::cuda::CUDAStreamGuard onLane(lane.stream());
+    lane.waitFor(*lane.markCurrent());
     comm = lane.comm();
     check(issue(comm, lane.stream().stream()), comm, "issuing the collective");
-    if (finish) finish();  // the copies back, queued on the lane after the collective
-    completion = lane.recordEnd(std::move(finish));
+    completion = lane.end(std::move(finish));  // the copies back follow on the lane
     finish = nullptr;
   }
 #endif
@@ -89,8 +87,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::defer(c10d::OpType type, const 
   // of them) cannot be what makes it.
   TORCH_CHECK(!onDevice || lane_ != nullptr, "weft: the first operation on CUDA tensors in a process group must be "
               "a collective (every rank sets up the GPU communicator in it), not a send or receive");
-  if (onDevice) laneFor(like);
-  deferred_.push_back(Deferred{work, std::move(issue), std::move(finish), onDevice});
+  std::shared_ptr<StreamMark> ready;
+#ifdef WEFT_TORCH_CUDA
+  // Issued later, maybe by another thread: the lane must wait for the stream current now.
+  if (onDevice) ready = laneFor(like).markCurrent();
+#endif
+  deferred_.push_back(Deferred{work, std::move(issue), std::move(finish), std::move(ready)});
   return work;
 }
 
@@ -114,14 +116,10 @@ void ProcessGroupWeft::issueDeferredBatch(std::vector<Deferred> batch, bool onDe
   if (onDevice) {
     try {
       comm = lane_->comm();
-      lane_->orderAfterCurrent();
-      c10::cuda::CUDAStreamGuard onLane(lane_->stream());
+      for (const auto& entry : batch) lane_->waitFor(*entry.ready);
       issueGroup(lane_->stream().stream());
       if (rc == weftSuccess) {
-        for (auto& entry : batch) {
-          if (entry.finish) entry.finish();  // copies back, in stream order
-          ends.emplace_back(lane_->recordEnd(std::move(entry.finish)), nullptr);
-        }
+        for (auto& entry : batch) ends.emplace_back(lane_->end(std::move(entry.finish)), nullptr);
       }
     } catch (...) {
       error = std::current_exception();
@@ -149,10 +147,40 @@ void ProcessGroupWeft::issueDeferredBatch(std::vector<Deferred> batch, bool onDe
   changed_.notify_one();
 }
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::endCoalescing() {
+  std::lock_guard<std::mutex> issuing(issueMutex_);
+  // The completion thread finishes Works in issue order: the host ones, then the device ones.
+  c10::intrusive_ptr<WeftWork> last;
+  bool lastOnDevice = false;
+  for (const auto& entry : deferred_) {
+    const bool onDevice = entry.ready != nullptr;
+    if (onDevice || !lastOnDevice) {
+      last = entry.work;
+      lastOnDevice = onDevice;
+    }
+  }
+  issueDeferredLocked();
+  if (last) return last;
+  // Nothing held back: a Work that is done at once.
+  struct Done final : Completion {
+    void await(weftComm_t) override {}
+  };
+  auto work = c10::make_intrusive<WeftWork>(getRank(), c10d::OpType::COALESCED, comm_, std::make_shared<Done>(),
+                                            std::vector<at::Tensor>{}, nullptr, timeout_, futurer_.get_id());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(work);
+  }
+  changed_.notify_one();
+  return work;
+}
+#endif
+
 void ProcessGroupWeft::issueDeferredLocked() {
   if (deferred_.empty()) return;
   std::vector<Deferred> host, device;
-  for (auto& entry : deferred_) (entry.onDevice ? device : host).push_back(std::move(entry));
+  for (auto& entry : deferred_) (entry.ready ? device : host).push_back(std::move(entry));
   deferred_.clear();
   issueDeferredBatch(std::move(host), false);
   issueDeferredBatch(std::move(device), true);

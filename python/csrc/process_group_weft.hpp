@@ -49,6 +49,7 @@ struct HostStream final : Completion {
 };
 
 class DeviceLane;  // CUDA tensors (device_lane.hpp), in a build against a torch with CUDA
+struct StreamMark;
 
 // One operation: done when its Completion says so; then `finish` copies results into the
 // caller's tensors (for CUDA tensors it ran, in stream order, when the operation was issued) and
@@ -129,6 +130,13 @@ class ProcessGroupWeft : public BackendBase {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  // torch's coalescing manager (batch_isend_irecv on CUDA tensors in torch 2.1-2.4, for one):
+  // sends and receives are held back and issued as one group anyway, so these only mark the
+  // batch; the Work of endCoalescing() is done when all of it is.
+  void startCoalescing() override {}
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#endif
 
   // What torch.distributed calls to make one (Backend.register_backend's creator).
   static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -162,7 +170,7 @@ class ProcessGroupWeft : public BackendBase {
     c10::intrusive_ptr<WeftWork> work;
     Issue issue;
     std::function<void()> finish;
-    bool onDevice;
+    std::shared_ptr<StreamMark> ready;  // CUDA tensors: the caller's stream when it was called
   };
   std::vector<Deferred> deferred_;
   void issueDeferredBatch(std::vector<Deferred> batch, bool onDevice);  // issueMutex_ held

@@ -3,6 +3,7 @@ Run one process per rank with weftrun (env://):  weftrun -n 3 python3 tests/torc
 Exit status 0 when everything matched."""
 
 import datetime
+import inspect
 import os
 import sys
 import time
@@ -211,6 +212,16 @@ def main():
         dist.recv(got, prv)  # a blocking receive behind a pending send
         req.wait()
         check(torch.all(got == prv + 2), "isend then a blocking recv")
+        # torch >= 2.1's coalescing manager (what batch_isend_irecv uses for CUDA tensors in
+        # 2.1-2.4) brackets the sends and receives with the backend's start/endCoalescing.
+        manager = getattr(dist, "_coalescing_manager", None)
+        if manager is not None and "device" in inspect.signature(manager).parameters:
+            got = torch.zeros(5)
+            with manager(device=torch.device("cpu"), async_ops=True) as cm:
+                dist.isend(torch.full((5,), float(rank + 3)), nxt)
+                dist.irecv(got, prv)
+            cm.wait()
+            check(torch.all(got == prv + 3), "sends and receives in a coalescing manager")
     dist.barrier()
 
     # A subgroup of the even ranks.

@@ -41,38 +41,40 @@ def main():
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.float64):
         for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
             def run(dev, op=op, dtype=dtype):
-                t = (base[:257] % 3 + 1).to(dev, dtype)
+                # Factors 1 and 2 only: a product of n of them is exact in every type.
+                t = (base[:257] % (2 if op == dist.ReduceOp.PRODUCT else 3) + 1).to(dev, dtype)
                 dist.all_reduce(t, op=op)
                 return t
             same(run, f"all_reduce {op} {dtype}")
 
+    # Every run gets a copy of base: .to() of a tensor already on the device is the tensor itself.
     def avg(dev):
-        t = base.to(dev)
+        t = base.clone().to(dev)
         dist.all_reduce(t, op=dist.ReduceOp.AVG)
         return t
     want = avg(torch.device("cpu"))
     check(torch.allclose(want, avg(gpu).cpu()), "all_reduce AVG")
 
     def premul(dev):
-        t = base.to(dev)
+        t = base.clone().to(dev)
         dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor(0.5, device=dev)))
         return t
     same(premul, "all_reduce PREMUL_SUM with a tensor factor")
 
     def noncontiguous(dev):
-        t = base[: 4 * 6].reshape(4, 6).t().to(dev)
+        t = base[: 4 * 6].clone().reshape(4, 6).t().to(dev)
         dist.all_reduce(t)
         return t
     same(noncontiguous, "non-contiguous all_reduce")
 
     def broadcast(dev):
-        t = base.to(dev)
+        t = base.clone().to(dev)
         dist.broadcast(t, src=n - 1)
         return t
     same(broadcast, "broadcast")
 
     def reduce(dev):
-        t = base.to(dev)
+        t = base.clone().to(dev)
         dist.reduce(t, dst=0)
         return t if rank == 0 else torch.zeros(1, device=dev)
     same(reduce, "reduce")
@@ -122,8 +124,10 @@ def main():
 
     # Back to back on a stream of the caller's own: the collective waits for what was queued there.
     s = torch.cuda.Stream()
+    t = torch.full((1 << 20,), float(rank + 1), device=gpu)
+    torch.cuda.synchronize()
     with torch.cuda.stream(s):
-        t = torch.full((1 << 20,), float(rank + 1), device=gpu)
+        torch.cuda._sleep(100_000_000)  # the stream is busy for a while before t changes
         t.mul_(2)
         dist.all_reduce(t)
         check(torch.all(t == n * (n + 1)).item(), "all_reduce after work on a side stream")
