@@ -222,6 +222,9 @@ def main():
                 dist.irecv(got, prv)
             cm.wait()
             check(torch.all(got == prv + 3), "sends and receives in a coalescing manager")
+            with manager(device=torch.device("cpu"), async_ops=True) as cm:
+                pass
+            cm.wait()  # nothing held back: a Work done at once
     dist.barrier()
 
     # A subgroup of the even ranks.
