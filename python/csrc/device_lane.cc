@@ -5,9 +5,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -111,20 +108,7 @@ DeviceLane::DeviceLane(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
       stream_(c10::cuda::getStreamFromPool(false, device)),
       kept_(std::make_shared<Kept>()) {
   c10::cuda::CUDAGuard onDevice(device);  // the communicator binds to the current GPU
-  const std::string key = "weft_unique_id_cuda";
-  weftUniqueId id;
-  if (rank == 0) {
-    check(weftGetUniqueId(&id), nullptr, "weftGetUniqueId");
-    const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
-    store->set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
-  } else {
-    std::vector<uint8_t> bytes = store->get(key);
-    TORCH_CHECK(bytes.size() == sizeof(id), "weft: the store holds a malformed unique id");
-    std::memcpy(&id, bytes.data(), sizeof(id));
-  }
-  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-  config.timeoutMs = static_cast<int>(std::clamp<int64_t>(timeout.count(), 1, std::numeric_limits<int>::max()));
-  check(weftCommInitRankConfig(&comm_, size, id, rank, &config), nullptr, "weftCommInitRankConfig (CUDA tensors)");
+  comm_ = initCommThroughStore(store, rank, size, timeout, "weft_unique_id_cuda");
 }
 
 DeviceLane::~DeviceLane() {

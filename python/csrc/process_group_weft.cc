@@ -1,5 +1,6 @@
 #include "process_group_weft.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -9,11 +10,8 @@
 
 namespace weft_torch {
 
-ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   std::chrono::milliseconds timeout)
-    : BackendBase(rank, size), store_(store), timeout_(timeout) {
-  // One id per process group: torch hands each group its own prefixed store.
-  const std::string key = "weft_unique_id";
+weftComm_t initCommThroughStore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                std::chrono::milliseconds timeout, const std::string& key) {
   weftUniqueId id;
   if (rank == 0) {
     check(weftGetUniqueId(&id), nullptr, "weftGetUniqueId");
@@ -25,9 +23,17 @@ ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store,
     std::memcpy(&id, bytes.data(), sizeof(id));
   }
   weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-  config.timeoutMs = static_cast<int>(std::min<int64_t>(timeout.count(), std::numeric_limits<int>::max()));
-  if (config.timeoutMs <= 0) config.timeoutMs = 1;
-  check(weftCommInitRankConfig(&comm_, size, id, rank, &config), nullptr, "weftCommInitRankConfig");
+  config.timeoutMs = static_cast<int>(std::clamp<int64_t>(timeout.count(), 1, std::numeric_limits<int>::max()));
+  weftComm_t comm = nullptr;
+  check(weftCommInitRankConfig(&comm, size, id, rank, &config), nullptr, "weftCommInitRankConfig");
+  return comm;
+}
+
+ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   std::chrono::milliseconds timeout)
+    : BackendBase(rank, size), store_(store), timeout_(timeout) {
+  // One id per process group: torch hands each group its own prefixed store.
+  comm_ = initCommThroughStore(store, rank, size, timeout, "weft_unique_id");
   futurer_ = std::thread([queue = futureQueue_] { futureLoop(queue); });
   completer_ = std::thread([this] { completionLoop(); });
 }

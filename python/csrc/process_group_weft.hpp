@@ -95,6 +95,11 @@ class WeftWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// A Weft communicator over the group behind `store`: rank 0 makes a unique id and publishes it
+// there under `key`, the others read it. `timeout` becomes the communicator's deadline.
+weftComm_t initCommThroughStore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                std::chrono::milliseconds timeout, const std::string& key);
+
 class ProcessGroupWeft : public BackendBase {
  public:
   // Collective over the group: rank 0 makes a Weft unique id and publishes it in `store`.
