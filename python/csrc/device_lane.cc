@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -25,21 +26,42 @@ void checkCuda(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw cudaFailure(rc, what);
 }
 
+// Makes `device` current for a scope, without throwing (destructors use it too).
+class DeviceSwitch {
+ public:
+  explicit DeviceSwitch(c10::DeviceIndex device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device && cudaSetDevice(device) == cudaSuccess) {
+      switched_ = true;
+    }
+  }
+  ~DeviceSwitch() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  DeviceSwitch(const DeviceSwitch&) = delete;
+  DeviceSwitch& operator=(const DeviceSwitch&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
 // An event without timing (the cheapest kind), made and destroyed on its GPU.
 struct Event {
   c10::DeviceIndex device;
   cudaEvent_t event = nullptr;
 
   explicit Event(c10::DeviceIndex d) : device(d) {
-    c10::cuda::CUDAGuard onDevice(device);
+    DeviceSwitch onDevice(device);
     checkCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   }
   ~Event() {
-    c10::cuda::CUDAGuard onDevice(device);
+    DeviceSwitch onDevice(device);
     cudaEventDestroy(event);
   }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
+
+  bool passed() const { return cudaEventQuery(event) == cudaSuccess; }
 };
 
 }  // namespace
@@ -50,8 +72,20 @@ struct StreamMark {
 };
 
 struct DeviceLane::Kept {
+  struct Held {
+    std::unique_ptr<Event> until;  // null: until the lane is destroyed
+    std::function<void()> keep;
+  };
   std::mutex mutex;
-  std::vector<std::function<void()>> finishes;
+  std::vector<Held> held;
+  bool stuck = false;  // an operation timed out: everything behind it on the stream waits too
+
+  void hold(std::unique_ptr<Event> until, std::function<void()> keep) {
+    std::lock_guard<std::mutex> lock(mutex);
+    // Let go of what the stream has passed meanwhile.
+    std::erase_if(held, [](const Held& h) { return h.until != nullptr && h.until->passed(); });
+    held.push_back(Held{std::move(until), std::move(keep)});
+  }
 };
 
 namespace {
@@ -67,18 +101,23 @@ class DeviceEnd final : public Completion {
 
   void await(weftComm_t comm) override {
     if (event_ != nullptr) {
-      c10::cuda::CUDAGuard onDevice(event_->device);
+      DeviceSwitch onDevice(event_->device);
       const auto deadline = std::chrono::steady_clock::now() + timeout_;
       for (;;) {
         const cudaError_t rc = cudaEventQuery(event_->event);
         if (rc == cudaSuccess) break;
-        if (rc != cudaErrorNotReady || std::chrono::steady_clock::now() > deadline) {
-          // The GPU may still read and write these tensors: the lane keeps them.
+        bool stuck = false;
+        {
           std::lock_guard<std::mutex> lock(kept_->mutex);
-          kept_->finishes.push_back(std::move(keep_));
+          stuck = kept_->stuck || std::chrono::steady_clock::now() > deadline;
+          if (rc == cudaErrorNotReady && stuck) kept_->stuck = true;
+        }
+        if (rc != cudaErrorNotReady || stuck) {
+          kept_->hold(std::move(event_), std::move(keep_));  // the GPU may still use these tensors
           if (rc != cudaErrorNotReady) throw cudaFailure(rc, "waiting for a collective on the GPU");
           throw std::runtime_error("weft: a collective on the GPU did not finish within " +
-                                   std::to_string(timeout_.count()) + " ms (its stream may be waiting on other work)");
+                                   std::to_string(timeout_.count()) + " ms (its stream, or one it waits for, is "
+                                   "held up; later CUDA operations of this process group fail at once)");
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
@@ -92,12 +131,25 @@ class DeviceEnd final : public Completion {
   }
 
  private:
-  std::unique_ptr<Event> event_;  // null: the stream was waited for already
+  std::unique_ptr<Event> event_;  // null: nothing to wait for (error_ says why)
   std::chrono::milliseconds timeout_;
   std::function<void()> keep_;  // holds the tensors the operation reads and writes
   std::exception_ptr error_;    // a failure after the operation was issued
   std::shared_ptr<DeviceLane::Kept> kept_;
 };
+
+// An event recorded now on `stream`; null where CUDA refuses.
+std::unique_ptr<Event> recordOn(c10::DeviceIndex device, cudaStream_t stream, std::exception_ptr* error) {
+  try {
+    auto event = std::make_unique<Event>(device);
+    DeviceSwitch onDevice(device);
+    checkCuda(cudaEventRecord(event->event, stream), "cudaEventRecord");
+    return event;
+  } catch (...) {
+    *error = std::current_exception();
+    return nullptr;
+  }
+}
 
 }  // namespace
 
@@ -112,15 +164,25 @@ DeviceLane::DeviceLane(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
 }
 
 DeviceLane::~DeviceLane() {
-  c10::cuda::CUDAGuard onDevice(device_);
+  DeviceSwitch onDevice(device_);
   std::lock_guard<std::mutex> lock(kept_->mutex);
-  if (kept_->finishes.empty()) {
+  std::erase_if(kept_->held, [](const Kept::Held& h) { return h.until != nullptr && h.until->passed(); });
+  if (kept_->held.empty()) {
     weftCommDestroy(comm_);
     return;
   }
   weftCommAbort(comm_);  // what waits on the communicator in the stream is released
-  cudaStreamSynchronize(stream_.stream());
-  kept_->finishes.clear();
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (cudaStreamQuery(stream_.stream()) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (cudaStreamQuery(stream_.stream()) == cudaErrorNotReady) {
+    // Still busy: the memory stays with the GPU's work until the process ends.
+    new std::vector<Kept::Held>(std::move(kept_->held));
+    std::fprintf(stderr, "weft: a process group's CUDA stream was still busy when the group was destroyed; the "
+                         "tensors of its unfinished operations are kept until the process ends\n");
+  }
+  kept_->held.clear();
 }
 
 std::shared_ptr<StreamMark> DeviceLane::markCurrent() {
@@ -137,25 +199,29 @@ void DeviceLane::waitFor(const StreamMark& mark) {
 
 std::shared_ptr<Completion> DeviceLane::end(std::function<void()> finish) {
   std::exception_ptr error;
-  std::unique_ptr<Event> event;
   try {
     c10::cuda::CUDAStreamGuard onLane(stream_);
     if (finish) finish();
   } catch (...) {
     error = std::current_exception();
   }
-  try {
-    event = std::make_unique<Event>(device_);
-    c10::cuda::CUDAGuard onDevice(device_);
-    checkCuda(cudaEventRecord(event->event, stream_.stream()), "cudaEventRecord");
-  } catch (...) {
-    // No point in the stream to wait for: wait for all of it now, before the tensors can go.
-    event.reset();
-    c10::cuda::CUDAGuard onDevice(device_);
-    cudaStreamSynchronize(stream_.stream());
-    if (!error) error = std::current_exception();
+  std::exception_ptr noEvent;
+  std::unique_ptr<Event> event = recordOn(device_, stream_.stream(), &noEvent);
+  if (event == nullptr) {
+    kept_->hold(nullptr, std::move(finish));  // no point in the stream to wait for: kept for the lane's life
+    if (!error) error = noEvent;
   }
   return std::make_shared<DeviceEnd>(std::move(event), timeout_, std::move(finish), error, kept_);
+}
+
+void DeviceLane::park(std::function<void()> keep) noexcept {
+  try {
+    std::exception_ptr ignored;
+    kept_->hold(recordOn(device_, stream_.stream(), &ignored), std::move(keep));
+  } catch (...) {
+    // Out of memory while holding on: nothing more can be done safely than not freeing.
+    new std::function<void()>(std::move(keep));
+  }
 }
 
 }  // namespace weft_torch

@@ -5,7 +5,8 @@
 // returns at once and completes the operation in the stream's order. The Work is done when an
 // event recorded after the operation (and the copies back into the caller's tensors) has passed.
 // Until then the tensors the operation uses stay referenced, so torch's caching allocator cannot
-// hand their memory out under it; an operation that times out keeps them until the lane is gone.
+// hand their memory out under it; the lane holds those of an operation that fails or times out
+// until its stream has passed them.
 #pragma once
 
 #include <chrono>
@@ -31,8 +32,9 @@ class DeviceLane {
   // group's store. The communicator is bound to `device`, the stream made there.
   DeviceLane(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
              c10::DeviceIndex device);
-  // Aborts the communicator where an operation timed out (so that its stream moves on), and
-  // waits for the stream before the tensors kept for such operations go.
+  // Where it still holds tensors for the stream: aborts the communicator (so that what waits on it
+  // in the stream moves on) and waits for the stream, up to the timeout, before they go; past
+  // it they are kept until the process ends.
   ~DeviceLane();
   DeviceLane(const DeviceLane&) = delete;
   DeviceLane& operator=(const DeviceLane&) = delete;
@@ -48,11 +50,14 @@ class DeviceLane {
 
   // After an operation was issued on the lane's stream: queues `finish` (the copies back into the
   // caller's tensors) there, and returns the operation's completion, which holds `finish` (and the
-  // tensors it refers to) until the GPU has passed them. Throws nothing: a failure here becomes
-  // the completion's error.
+  // tensors it refers to) until the GPU has passed them. A failure here becomes the completion's
+  // error.
   std::shared_ptr<Completion> end(std::function<void()> finish);
+  // After an operation failed to issue (Weft may have queued part of it): the lane holds `keep`
+  // (and the tensors it refers to) until its stream has passed this point.
+  void park(std::function<void()> keep) noexcept;
 
-  struct Kept;  // the tensors of operations that timed out
+  struct Kept;  // what the lane holds for operations that failed or timed out
 
  private:
   c10::DeviceIndex device_;

@@ -52,7 +52,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::submit(c10d::OpType type, const
     DeviceLane& lane = laneFor(like);
     lane.waitFor(*lane.markCurrent());
     comm = lane.comm();
-    check(issue(comm, lane.stream().stream()), comm, "issuing the collective");
+    const weftResult_t rc = issue(comm, lane.stream().stream());
+    if (rc != weftSuccess) {
+      lane.park(std::move(finish));  // Weft may have queued part of it, on these tensors
+      check(rc, comm, "issuing the collective");
+    }
     completion = lane.end(std::move(finish));  // the copies back follow on the lane
     finish = nullptr;
   }
@@ -114,15 +118,19 @@ void ProcessGroupWeft::issueDeferredBatch(std::vector<Deferred> batch, bool onDe
   std::exception_ptr error;
 #ifdef WEFT_TORCH_CUDA
   if (onDevice) {
+    comm = lane_->comm();
     try {
-      comm = lane_->comm();
       for (const auto& entry : batch) lane_->waitFor(*entry.ready);
       issueGroup(lane_->stream().stream());
-      if (rc == weftSuccess) {
-        for (auto& entry : batch) ends.emplace_back(lane_->end(std::move(entry.finish)), nullptr);
-      }
     } catch (...) {
       error = std::current_exception();
+    }
+    for (auto& entry : batch) {
+      if (error || rc != weftSuccess) {
+        lane_->park(std::move(entry.finish));  // Weft may have queued part of the group
+      } else {
+        ends.emplace_back(lane_->end(std::move(entry.finish)), nullptr);
+      }
     }
   }
 #endif

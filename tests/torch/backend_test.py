@@ -215,7 +215,7 @@ def main():
         # torch >= 2.1's coalescing manager (what batch_isend_irecv uses for CUDA tensors in
         # 2.1-2.4) brackets the sends and receives with the backend's start/endCoalescing.
         manager = getattr(dist, "_coalescing_manager", None)
-        if manager is not None and "device" in inspect.signature(manager).parameters:
+        if manager is not None and "async_ops" in inspect.signature(manager).parameters:
             got = torch.zeros(5)
             with manager(device=torch.device("cpu"), async_ops=True) as cm:
                 dist.isend(torch.full((5,), float(rank + 3)), nxt)
