@@ -25,6 +25,17 @@ std::exception_ptr issueError(weftResult_t rc, weftComm_t comm, const char* what
   return nullptr;
 }
 
+// An operation that could not be issued ends with its error through the completion thread, like
+// every other: no future's callback runs in the issuing thread, with issueMutex_ held.
+class Failed final : public Completion {
+ public:
+  explicit Failed(std::exception_ptr error) : error_(std::move(error)) {}
+  void await(weftComm_t) override { std::rethrow_exception(error_); }
+
+ private:
+  std::exception_ptr error_;
+};
+
 }  // namespace
 
 DeviceLane& ProcessGroupWeft::laneFor(const at::Tensor& like) {
@@ -141,10 +152,7 @@ void ProcessGroupWeft::issueDeferredBatch(std::vector<Deferred> batch, bool onDe
     for (auto& entry : batch) ends.emplace_back(stream, std::move(entry.finish));
   }
   if (!error && rc != weftSuccess) error = issueError(rc, comm, "issuing sends and receives");
-  if (error) {
-    for (auto& entry : batch) entry.work->failToIssue(error);
-    return;
-  }
+  if (error) ends.assign(batch.size(), {std::make_shared<Failed>(error), nullptr});
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < batch.size(); ++i) {

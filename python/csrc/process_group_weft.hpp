@@ -73,8 +73,6 @@ class WeftWork : public c10d::Work {
 
   // The deferred operation was issued on `comm`; it completes with `completion`, then runs `finish`.
   void issued(weftComm_t comm, std::shared_ptr<Completion> completion, std::function<void()> finish);
-  // The deferred operation could not be issued: it ends with `error`.
-  void failToIssue(std::exception_ptr error);
   // Called by the process group's completion thread, in issue order: the Work is done.
   void complete();
   // Then, on the process group's future thread: the future completes with the same outcome.

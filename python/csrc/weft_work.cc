@@ -41,15 +41,6 @@ void WeftWork::issued(weftComm_t comm, std::shared_ptr<Completion> completion, s
   issueDeferred_ = nullptr;
 }
 
-void WeftWork::failToIssue(std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(deferredMutex_);
-    issueDeferred_ = nullptr;
-  }
-  future_->setError(error);
-  finish(error);
-}
-
 c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() {
   issueIfDeferred();
   return future_;

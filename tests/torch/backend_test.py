@@ -281,6 +281,18 @@ def main():
     dist.all_reduce(t)
     check(torch.all(t == n), f"all_reduce after a refused coalesced call: {t}")
 
+    # A send that cannot be issued (its communicator failed) ends in an error through its Work and
+    # its future; a callback chained on that future that runs another collective fails too.
+    if n > 1:
+        broken = dist.new_group(backend="weft")
+        refused("sends and receives of mismatched sizes", lambda: [r.wait() for r in (
+            dist.isend(torch.ones(4), nxt, group=broken),
+            dist.irecv(torch.zeros(5, dtype=torch.float64), prv, group=broken))], "weft")
+        work = dist.isend(torch.ones(4), nxt, group=broken)
+        chained = work.get_future().then(lambda f: dist.all_reduce(torch.ones(1), group=broken))
+        refused("a send on a failed communicator", work.wait, "weft")
+        refused("a callback's collective on a failed communicator", chained.wait, "weft")
+
     dist.barrier()  # rank 0 hosts the env:// store: nobody may still be using it when it goes
     dist.destroy_process_group()
 
