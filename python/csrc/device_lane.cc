@@ -82,9 +82,12 @@ struct DeviceLane::Kept {
 
   void hold(std::unique_ptr<Event> until, std::function<void()> keep) {
     std::lock_guard<std::mutex> lock(mutex);
-    // Let go of what the stream has passed meanwhile.
-    std::erase_if(held, [](const Held& h) { return h.until != nullptr && h.until->passed(); });
+    releasePassed();
     held.push_back(Held{std::move(until), std::move(keep)});
+  }
+  // Lets go of what the stream has passed meanwhile; mutex held.
+  void releasePassed() {
+    std::erase_if(held, [](const Held& h) { return h.until != nullptr && h.until->passed(); });
   }
 };
 
@@ -166,7 +169,7 @@ DeviceLane::DeviceLane(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
 DeviceLane::~DeviceLane() {
   DeviceSwitch onDevice(device_);
   std::lock_guard<std::mutex> lock(kept_->mutex);
-  std::erase_if(kept_->held, [](const Kept::Held& h) { return h.until != nullptr && h.until->passed(); });
+  kept_->releasePassed();
   if (kept_->held.empty()) {
     weftCommDestroy(comm_);
     return;
