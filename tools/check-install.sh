@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/check-install.sh BUILD_DIR: installs the build into a scratch prefix and builds the
 # README's example against it through pkg-config and through CMake's find_package, each against
-# libweft.so and libweft.a, then runs all four on 3 ranks under the installed weftrun and checks
-# the average they print.
+# libweft.so and libweft.a (and libweft.a from a project that enables only C), then runs all
+# five on 3 ranks under the installed weftrun and checks the average they print.
 set -euo pipefail
 build=$(cd "${1:?usage: check-install.sh BUILD_DIR}" && pwd)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,8 +40,20 @@ CMAKE
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/consumer/build" >/dev/null
 
+# CMake package, static, from a project that enables C alone (linked by the C compiler)
+mkdir -p "$work/consumer-c"
+cat > "$work/consumer-c/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.20)
+project(consumer_c C)
+find_package(Weft REQUIRED)
+add_executable(example-cmake-c-static $root/examples/c/allreduce.c)
+target_link_libraries(example-cmake-c-static Weft::weft_static)
+CMAKE
+cmake -S "$work/consumer-c" -B "$work/consumer-c/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/consumer-c/build" >/dev/null
+
 for exe in "$work/example-pc" "$work/example-pc-static" "$work/consumer/build/example-cmake" \
-  "$work/consumer/build/example-cmake-static"; do
+  "$work/consumer/build/example-cmake-static" "$work/consumer-c/build/example-cmake-c-static"; do
   out=$(LD_LIBRARY_PATH=$libdir "$prefix/bin/weftrun" -n 3 "$exe")
   # ranks 0, 1, 2 contribute 0, 1, 2: the average is 1
   if [[ $out != "avg of ranks: 1 over 3 ranks" ]]; then
@@ -49,4 +61,4 @@ for exe in "$work/example-pc" "$work/example-pc-static" "$work/consumer/build/ex
     exit 1
   fi
 done
-echo "check-install: pkg-config and find_package(Weft) builds, shared and static, ran on 3 ranks"
+echo "check-install: pkg-config and find_package(Weft) builds, shared and static (static from a C-only project too), ran on 3 ranks"
