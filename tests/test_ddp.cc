@@ -97,6 +97,35 @@ TEST_CASE("ddp: a bucket whose all-reduce could not start fails finish, whatever
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
+TEST_CASE("ddp: bad parameters are refused, not read", "[ddp][multiprocess]") {
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, 1, ctx.id, 0));
+    if (comm == nullptr) return 1;
+    std::vector<float> weight(8, 1.0f), grad(8, 2.0f);
+    bool threw = false;
+    try {
+      Reducer bad(comm, {{weight.data(), grad.data(), weight.size(), static_cast<weftDataType_t>(weftNumTypes)}});
+    } catch (const std::invalid_argument&) {
+      threw = true;
+    }
+    RANK_CHECK(ctx, threw, "a parameter of no data type was taken");
+    {
+      // No grad buffer and no gradient passed: nothing to read, an error.
+      Reducer reducer(comm, {{weight.data(), nullptr, weight.size(), weftFloat32}});
+      RANK_CHECK(ctx, reducer.markReady(0) == weftInvalidArgument, "markReady read a gradient from nowhere");
+      RANK_CHECK(ctx, reducer.markReady(0, grad.data()) == weftSuccess, "the refused markReady counted as ready");
+      std::vector<float> out(8, -1.0f);
+      RANK_WEFT(ctx, reducer.finish({out.data()}));
+      RANK_CHECK(ctx, out[0] == 2.0f, "averaged gradient %g, expected 2", out[0]);
+    }
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
 TEST_CASE("ddp: the sampler refuses a rank outside its replicas, as torch does", "[ddp]") {
   CHECK_THROWS_AS(DistributedSampler(10, 2, 2), std::invalid_argument);
   CHECK_THROWS_AS(DistributedSampler(10, 2, -1), std::invalid_argument);

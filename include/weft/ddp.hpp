@@ -39,6 +39,8 @@ class Reducer {
  public:
   static constexpr size_t kDefaultBucketCapBytes = size_t{25} << 20;
 
+  // Throws std::invalid_argument for a parameter whose type is no weftDataType_t, and
+  // std::runtime_error when the host stream cannot be made.
   Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCapBytes = kDefaultBucketCapBytes);
   ~Reducer();
   Reducer(const Reducer&) = delete;
@@ -48,7 +50,9 @@ class Reducer {
   weftResult_t broadcastParameters();
 
   // Gradient `index` is complete: read it from `grad` (default: the parameter's grad buffer).
-  // When this completes its bucket, the bucket's all-reduce starts at once.
+  // When this completes its bucket, the bucket's all-reduce starts at once. weftInvalidUsage:
+  // no such index, or marked twice this step; weftInvalidArgument: neither `grad` nor the
+  // parameter's grad buffer is given.
   weftResult_t markReady(size_t index, const void* grad = nullptr);
 
   // Starts any bucket not yet started, waits for all, and writes the averaged gradients to the

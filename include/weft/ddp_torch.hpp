@@ -26,6 +26,7 @@ inline weftDataType_t torchToWeft(const torch::Tensor& t) {
     case torch::kLong: return weftInt64;
     case torch::kByte: return weftUint8;
     case torch::kChar: return weftInt8;
+    case torch::kBool: return weftUint8;  // one byte; only ever broadcast (a buffer such as a mask)
     default: throw std::invalid_argument("weft ddp: unsupported tensor type");
   }
 }
@@ -37,6 +38,11 @@ class TorchDDP {
   // it goes.
   TorchDDP(weftComm_t comm, torch::nn::Module& module, size_t bucketCapBytes = Reducer::kDefaultBucketCapBytes)
       : comm_(comm), buffers_(module.buffers()) {
+    // Broadcast writes numel() elements from data_ptr(): anything else would land in the
+    // wrong elements, or past the tensor.
+    for (auto& b : buffers_) {
+      if (!b.is_contiguous() || !b.device().is_cpu()) throw std::invalid_argument("weft ddp: CPU contiguous buffers only");
+    }
     std::vector<Parameter> raw;
     for (auto& p : module.parameters()) {
       if (!p.is_contiguous() || !p.device().is_cpu()) throw std::invalid_argument("weft ddp: CPU contiguous parameters only");

@@ -1,18 +1,22 @@
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "weft/ddp.hpp"
 
 namespace weft::ddp {
 namespace {
 
+// 0 for a value that is no weftDataType_t.
 size_t elementSize(weftDataType_t type) {
   switch (type) {
     case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
     case weftFloat16: case weftBfloat16: return 2;
     case weftInt32: case weftUint32: case weftFloat32: return 4;
-    default: return 8;
+    case weftInt64: case weftUint64: case weftFloat64: return 8;
+    case weftNumTypes: break;
   }
+  return 0;
 }
 
 }  // namespace
@@ -24,6 +28,10 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
   // closes at the byte cap or where the element type changes.
   for (size_t k = params_.size(); k-- > 0;) {
     const Parameter& p = params_[k];
+    if (elementSize(p.type) == 0) {
+      throw std::invalid_argument("weft ddp: parameter " + std::to_string(k) + " has an invalid data type (" +
+                                  std::to_string(static_cast<int>(p.type)) + ")");
+    }
     const size_t bytes = p.count * elementSize(p.type);
     if (buckets_.empty() || buckets_.back().type != p.type ||
         (buckets_.back().count * elementSize(p.type) + bytes > bucketCapBytes && !buckets_.back().params.empty())) {
@@ -73,11 +81,13 @@ weftResult_t Reducer::start(Bucket& b) {
 
 weftResult_t Reducer::markReady(size_t index, const void* grad) {
   if (index >= params_.size() || ready_[index]) return weftInvalidUsage;
-  ready_[index] = true;
   const Parameter& p = params_[index];
+  const void* from = grad != nullptr ? grad : p.grad;
+  if (from == nullptr && p.count > 0) return weftInvalidArgument;  // nowhere to read the gradient from
+  ready_[index] = true;
   Bucket& b = buckets_[bucketOf_[index]];
   const size_t esize = elementSize(p.type);
-  std::memcpy(b.flat.data() + b.offsets[slotOf_[index]] * esize, grad != nullptr ? grad : p.grad, p.count * esize);
+  if (p.count > 0) std::memcpy(b.flat.data() + b.offsets[slotOf_[index]] * esize, from, p.count * esize);
   --b.pending;
   // Buckets start in bucket order on every rank (else ranks would issue their all-reduces in
   // different orders): each complete bucket waits for the ones before it.
