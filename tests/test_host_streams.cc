@@ -123,6 +123,37 @@ TEST_CASE("host streams: operations complete in order, across communicators and 
   }));
 }
 
+TEST_CASE("host streams: an operation waits for earlier ones on other communicators as long as they progress",
+          "[streams][multiprocess]") {
+  // Rank 0 queues two all-reduces on `a` and then one on `b`, all on one stream. Rank 1 joins
+  // each of the `a` calls 2 s late: each ends within a's 3 s timeout, both together after it.
+  // `b`'s call must wait its turn and run, not time out while its predecessors still move.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t a = init(ctx, ctx.id, 3000);
+    if (a == nullptr) return 1;
+    weftComm_t b = init(ctx, secondId(ctx, a), 3000);
+    if (b == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    std::vector<int32_t> x(64, ctx.rank + 1), y(64, 0);
+    for (int i = 0; i < 2; ++i) {
+      if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      RANK_WEFT(ctx, weftAllReduce(x.data(), x.data(), x.size(), weftInt32, weftSum, a, stream));
+      if (ctx.rank == 1) RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    }
+    RANK_WEFT(ctx, weftAllReduce(x.data(), y.data(), x.size(), weftInt32, weftSum, b, stream));
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, x[0] == 6 && y[63] == 12, "x %d y %d (expected 6 and 12)", x[0], y[63]);
+    // And `b` is still in step: a blocking call on it pairs with the peer's.
+    RANK_WEFT(ctx, weftAllReduce(y.data(), y.data(), y.size(), weftInt32, weftSum, b, nullptr));
+    RANK_CHECK(ctx, y[0] == 24, "y %d (expected 24)", y[0]);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(b));
+    RANK_WEFT(ctx, weftCommDestroy(a));
+    return 0;
+  }));
+}
+
 TEST_CASE("host streams: errors reach the stream and the communicator", "[streams][multiprocess]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
     weftComm_t comm = init(ctx, ctx.id, 3000);

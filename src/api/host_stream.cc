@@ -48,12 +48,24 @@ void HostStream::finish(const Status& status) {
   finished_.notify_all();
 }
 
-Status HostStream::waitForPredecessors(uint64_t seq, const Deadline& deadline, const std::atomic<bool>* abortFlag) {
+Status HostStream::waitForPredecessors(uint64_t seq, const std::atomic<bool>* abortFlag) {
   std::unique_lock<std::mutex> lock(mutex_);
+  // The operations ahead may be on other communicators, each bounded by its own deadline, and
+  // together they may rightly take longer than any one: the wait gives up only when none of
+  // them has finished for longer than the longest of those deadlines allows.
+  const int idleMs = streamBackstopMs(longestTimeoutMs_);
+  uint64_t seen = finishedCount_;
+  Deadline deadline = Deadline::afterMs(idleMs);
   while (finishedCount_ + 1 < seq) {
     if (abortFlag != nullptr && abortFlag->load()) return Status(weftRemoteError, "the communicator was aborted");
+    if (finishedCount_ != seen) {
+      seen = finishedCount_;
+      deadline = Deadline::afterMs(idleMs);
+    }
     if (deadline.expired()) {
-      return Status(weftTimeout, "timed out waiting for the stream's earlier operations (on another communicator?)");
+      return Status(weftTimeout, formatString("none of the stream's %llu earlier operation(s) still running (on other "
+                                              "communicators) finished in %d ms",
+                                              static_cast<unsigned long long>(seq - 1 - finishedCount_), idleMs));
     }
     finished_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(kWaitSliceMs)));
   }

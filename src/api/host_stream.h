@@ -28,8 +28,9 @@ class HostStream {
   int longestTimeoutMs();
   // Records that operation `seq` ended with `status`.
   void finish(const Status& status);
-  // Waits until the operations before `seq` have finished, or the deadline / abort.
-  Status waitForPredecessors(uint64_t seq, const Deadline& deadline, const std::atomic<bool>* abortFlag);
+  // Waits until the operations before `seq` have finished, or the abort; weftTimeout if none
+  // of them finishes for streamBackstopMs(longestTimeoutMs()).
+  Status waitForPredecessors(uint64_t seq, const std::atomic<bool>* abortFlag);
   // Waits until everything issued so far has finished (weftTimeout if none finishes for
   // idleTimeoutMs); returns the first error, if any.
   Status synchronize(int idleTimeoutMs);

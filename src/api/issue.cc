@@ -15,9 +15,15 @@ Status enqueueOnStream(std::shared_ptr<CommState> state, std::shared_ptr<HostStr
   auto run = bind(state, fn, std::move(op));
   const int timeoutMs = state->config.timeoutMs;  // the communicator may be gone by now
   return stream->issue(timeoutMs, [&](uint64_t seq) {
-    return state->engine.enqueue([state, stream, seq, timeoutMs, run, recordAsyncError]() {
-      Status status = stream->waitForPredecessors(seq, Deadline::afterMs(timeoutMs), &state->abortFlag);
-      if (status.isOk()) status = run();
+    return state->engine.enqueue([state, stream, seq, run, recordAsyncError]() {
+      Status status = stream->waitForPredecessors(seq, &state->abortFlag);
+      if (status.isOk()) {
+        status = run();
+      } else if (state->communicator) {
+        // Not run, where the peers may have run it: this rank's next call would meet the
+        // peers' call after it, so the communicator is out of step for good.
+        state->communicator->failWith(status);
+      }
       if (!status.isOk() && recordAsyncError) {
         int expected = weftSuccess;
         state->backgroundError.compare_exchange_strong(expected, status.code());

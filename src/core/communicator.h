@@ -48,6 +48,8 @@ class Communicator {
   int timeoutMs() const { return config_.timeoutMs; }
   // A collective failed (a peer died, timed out, or called something else): it must be aborted.
   bool failed() const { return !failure_.isOk(); }
+  // An operation the peers may have run did not run here: every later call fails instead.
+  void failWith(Status status) { (void)fail(std::move(status)); }
 
   // Whether the plan moves device buffers GPU to GPU (CUDA/HIP IPC) between every pair: all
   // ranks on one host.
