@@ -310,6 +310,24 @@ TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators 
     RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
     RANK_CHECK(ctx, weftBroadcast(buf, buf, 4, weftFloat32, 3, comm, nullptr) == weftInvalidArgument, "bad call in group");
     expect(weftGroupEnd(), weftInvalidArgument, "nothing in the group was issued", "failed group");
+    // weftGroupEnd says which call failed and why.
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_CHECK(ctx, weftBroadcast(buf, buf, 4, weftFloat32, 3, comm, nullptr) == weftInvalidArgument, "bad call in group");
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
+    expect(weftGroupEnd(), weftInvalidArgument, "weftBroadcast: root 3 is outside", "the failed call's text");
+    // Calls that fail before they know their communicator fail the group too: a barrier, a
+    // split, an init.
+    weftComm_t none = nullptr;
+    for (int which = 0; which < 3; ++which) {
+      RANK_WEFT(ctx, weftGroupStart());
+      RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
+      weftUniqueId id{};
+      if (which == 0) RANK_CHECK(ctx, weftBarrier(nullptr, nullptr) != weftSuccess, "barrier on NULL in a group");
+      if (which == 1) RANK_CHECK(ctx, weftCommSplit(comm, 0, 0, nullptr, nullptr) != weftSuccess, "split, NULL newcomm");
+      if (which == 2) RANK_CHECK(ctx, weftCommInitRank(&none, 2, id, 5) != weftSuccess, "init of rank 5 of 2");
+      const char* why[] = {"weftBarrier: not allowed inside a group", "newcomm is NULL", "rank 5 is outside"};
+      expect(weftGroupEnd(), which == 0 ? weftInvalidUsage : weftInvalidArgument, why[which], "a group failed early");
+    }
     RANK_WEFT(ctx, weftGroupStart());
     RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
     expect(weftCommDestroy(comm), weftInvalidUsage, "weftGroupEnd first", "destroy inside a group");

@@ -111,6 +111,47 @@ TEST_CASE("groups: collectives and point-to-point together, nested, on a host st
   }));
 }
 
+TEST_CASE("groups: a group over two communicators waits for work queued ahead of it, however long it takes",
+          "[groups][multiprocess]") {
+  // Rank 0 queues four all-reduces on `a` (timeout 2 s) on a host stream; rank 1 joins each
+  // 1.5 s late, so they end one by one, 6 s in all. Rank 0's group of NULL-stream calls on `a`
+  // and `b` (timeout 30 s) runs behind them: weftGroupEnd must return only once it has, with
+  // the results.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 2000;
+    weftComm_t a = nullptr, b = nullptr;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&a, ctx.nranks, ctx.id, ctx.rank, &config));
+    if (a == nullptr) return 1;
+    weftUniqueId second{};
+    if (ctx.rank == 0) RANK_WEFT(ctx, weftGetUniqueId(&second));
+    RANK_WEFT(ctx, weftBcast(&second, sizeof(second), weftUint8, 0, a, nullptr));
+    config.timeoutMs = 30000;
+    RANK_WEFT(ctx, weftCommInitRankConfig(&b, ctx.nranks, second, ctx.rank, &config));
+    if (b == nullptr) return 1;
+    RANK_WEFT(ctx, weftBarrier(b, nullptr));  // connected before rank 1 falls behind
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    std::vector<int32_t> queued(16, 1), x(16, ctx.rank + 1), y(16, 10 * (ctx.rank + 1));
+    for (int i = 0; i < 4; ++i) {
+      if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      RANK_WEFT(ctx, weftAllReduce(queued.data(), queued.data(), queued.size(), weftInt32, weftSum, a,
+                                   ctx.rank == 0 ? stream : nullptr));
+    }
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(x.data(), x.data(), x.size(), weftInt32, weftSum, a, nullptr));
+    RANK_WEFT(ctx, weftAllReduce(y.data(), y.data(), y.size(), weftInt32, weftSum, b, nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_CHECK(ctx, x[15] == 3 && y[0] == 30, "x %d y %d (expected 3 and 30) when weftGroupEnd returned", x[15], y[0]);
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, queued[0] == 16, "queued %d (expected 16)", queued[0]);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(b));
+    RANK_WEFT(ctx, weftCommDestroy(a));
+    return 0;
+  }));
+}
+
 TEST_CASE("groups: ranks that group different point-to-point calls with the same collectives", "[groups][multiprocess]") {
   // Ranks 0 and 1 also swap a token inside the group (except in round 1); rank 2 has only the
   // collectives. In round 3 rank 2's group is the one small all-reduce, which goes through the

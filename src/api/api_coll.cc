@@ -90,7 +90,7 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
                     weftRedOp_t op = weftSum) {
   auto state = usableComm(comm, fn);
   if (!state.isOk()) {
-    if (api::groupIsOpen()) api::failGroup(state.status().code());
+    if (api::groupIsOpen()) api::failGroup(state.status());
     return api::reportError(state.status());
   }
   api::CommState& cs = *state.value();
@@ -140,7 +140,7 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
                                   "stream needs device buffers)", fn));
   }
   if (!checked.isOk()) {
-    if (api::groupIsOpen()) api::failGroup(checked.code());
+    if (api::groupIsOpen()) api::failGroup(checked);
     return api::reportError(checked, &cs);
   }
   if (api::groupIsOpen()) {
@@ -233,12 +233,13 @@ extern "C" WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t strea
   // A one-byte all-reduce: no rank finishes before every rank's byte has reached it. The bytes
   // live in the operation, which outlives the call on a host stream.
   constexpr const char* fn = "weftBarrier";
+  if (api::groupIsOpen()) {
+    Status refused(weftInvalidUsage, "weftBarrier: not allowed inside a group");
+    api::failGroup(refused);
+    return api::reportError(refused, api::lookupComm(comm).get());
+  }
   auto state = usableComm(comm, fn);
   if (!state.isOk()) return api::reportError(state.status());
-  if (api::groupIsOpen()) {
-    api::failGroup(weftInvalidUsage);
-    return api::reportError(Status(weftInvalidUsage, "weftBarrier: not allowed inside a group"), state.value().get());
-  }
   if (stream != nullptr && !api::lookupStream(stream)) {
     return api::reportError(Status(weftInvalidArgument, "weftBarrier: the stream is neither NULL nor a Weft host stream"),
                             state.value().get());

@@ -123,29 +123,32 @@ extern "C" WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
 
 extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nranks, weftUniqueId commId, int rank,
                                                         weftConfig_t* config) {
-  if (comm == nullptr) return api::reportError(Status(weftInvalidArgument, "weftCommInitRank: comm is NULL"));
+  if (comm == nullptr) return api::reportCallError(Status(weftInvalidArgument, "weftCommInitRank: comm is NULL"));
   *comm = nullptr;
   if (nranks < 1 || nranks > core::kMaxRanks) {
-    return api::reportError(Status(weftInvalidArgument, formatString("weftCommInitRank: nranks must be in [1, %d], got %d",
-                                                                     core::kMaxRanks, nranks)));
+    return api::reportCallError(Status(weftInvalidArgument, formatString("weftCommInitRank: nranks must be in [1, %d], "
+                                                                         "got %d", core::kMaxRanks, nranks)));
   }
   if (rank < 0 || rank >= nranks) {
-    return api::reportError(Status(weftInvalidArgument,
-                                   formatString("weftCommInitRank: rank %d is outside [0, %d)", rank, nranks)));
+    return api::reportCallError(Status(weftInvalidArgument,
+                                       formatString("weftCommInitRank: rank %d is outside [0, %d)", rank, nranks)));
   }
   auto commConfig = core::defaultCommConfig();
-  if (!commConfig.isOk()) return api::reportError(commConfig.status().withContext("weftCommInitRank"));
+  if (!commConfig.isOk()) return api::reportCallError(commConfig.status().withContext("weftCommInitRank"));
   bool blocking = true;
   Status checked = api::checkConfig(config, &commConfig.value(), &blocking);
-  if (!checked.isOk()) return api::reportError(checked.withContext("weftCommInitRank"));
+  if (!checked.isOk()) return api::reportCallError(checked.withContext("weftCommInitRank"));
   auto id = core::decodeUniqueId(commId);
-  if (!id.isOk()) return api::reportError(id.status().withContext("weftCommInitRank"));
+  if (!id.isOk()) return api::reportCallError(id.status().withContext("weftCommInitRank"));
   if (api::groupIsOpen()) {
     // Started now on a thread of its own; the outermost weftGroupEnd waits for it (a blocking
     // config) or leaves it to be polled (a non-blocking one), as NCCL does.
     weftResult_t rc = api::initCommunicator(comm, id.value(), nranks, rank, commConfig.value(), false, "",
                                             gpu::currentDevice());
-    if (rc != weftInProgress) return rc;
+    if (rc != weftInProgress) {
+      api::failGroup(Status(rc, weftGetLastError(nullptr)));
+      return rc;
+    }
     api::addInitToGroup(api::lookupComm(*comm), blocking);
     return blocking ? weftSuccess : weftInProgress;
   }

@@ -90,15 +90,17 @@ std::vector<int> membersOf(const std::vector<int32_t>& colorKey, int color) {
 extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm,
                                                weftConfig_t* config) {
   constexpr const char* fn = "weftCommSplit";
-  if (newcomm == nullptr) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": newcomm is NULL"));
+  if (newcomm == nullptr) {
+    return api::reportCallError(Status(weftInvalidArgument, std::string(fn) + ": newcomm is NULL"));
+  }
   *newcomm = nullptr;
   auto state = api::lookupComm(comm);
-  if (!state) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
+  if (!state) return api::reportCallError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
   if (state->asyncResult.load() != weftSuccess || state->abortFlag.load()) {
     // It cannot take part in the exchange: the others' exchange ends at their timeout.
-    return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, "
-                                                                       "failed or aborted)"),
-                            state.get());
+    return api::reportCallError(
+        Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, failed or aborted)"),
+        state.get());
   }
   Status checked;
   if (color < 0 && color != WEFT_SPLIT_NOCOLOR) {
@@ -118,7 +120,7 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
     core::CollectiveCall call{coll::Collective::AllGather, mine, colorKey.data(), 2, weftInt32};
     return c.run(call);
   });
-  if (!checked.isOk()) return api::reportError(checked, state.get());
+  if (!checked.isOk()) return api::reportCallError(checked, state.get());
   if (r != weftSuccess) return r;
   for (int q = 0; q < nranks; ++q) {
     if (colorKey[2 * static_cast<size_t>(q)] == kRejectedColor) {

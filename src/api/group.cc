@@ -1,6 +1,7 @@
 #include "api/group.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "api/device_issue.h"
@@ -19,7 +20,7 @@ struct GroupedCall {
 
 struct OpenGroup {
   int depth = 0;
-  weftResult_t firstError = weftSuccess;
+  Status firstError;  // of a call that failed inside the group
   std::vector<GroupedCall> calls;
   std::vector<std::shared_ptr<api::CommState>> inits;             // blocking: waited for
   std::vector<std::shared_ptr<api::CommState>> nonBlockingInits;  // left to be polled
@@ -81,8 +82,11 @@ weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
     }
     waits.emplace_back(std::move(stream), batch.state.get());
   }
+  // No backstop here: the batches run on the caller's buffers, so this must not return before
+  // they have. Each ends by its own deadline once the work queued ahead of it on its
+  // communicator has, each piece of which is bounded by its own (as in ProgressEngine::runQueued).
   for (auto& [stream, state] : waits) {
-    Status done = stream->synchronize(api::streamBackstopMs(state->config.timeoutMs));
+    Status done = stream->synchronize(std::numeric_limits<int>::max());
     if (!done.isOk() && result == weftSuccess) result = api::reportError(done, state);
   }
   return result;
@@ -99,8 +103,13 @@ void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const cor
   tlsGroup.calls.push_back({std::move(state), stream, call, onDevice});
 }
 
-void failGroup(weftResult_t code) {
-  if (tlsGroup.firstError == weftSuccess) tlsGroup.firstError = code;
+void failGroup(const Status& status) {
+  if (tlsGroup.firstError.isOk()) tlsGroup.firstError = status;
+}
+
+weftResult_t reportCallError(const Status& status, CommState* state) {
+  if (!status.isOk() && groupIsOpen()) failGroup(status);
+  return reportError(status, state);
 }
 
 void addInitToGroup(std::shared_ptr<CommState> state, bool blocking) {
@@ -134,9 +143,10 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     if (initResult == weftSuccess && rc != weftSuccess) initResult = initFailed(*state, rc, "an init");
   }
   if (initResult != weftSuccess) return initResult;
-  if (group.firstError != weftSuccess) {
-    return api::reportError(Status(group.firstError, "weftGroupEnd: a call in the group failed (see its error); "
-                                                     "nothing in the group was issued"));
+  if (!group.firstError.isOk()) {
+    return api::reportError(Status(group.firstError.code(),
+                                   "weftGroupEnd: nothing in the group was issued, as a call in it failed: " +
+                                       group.firstError.message()));
   }
   std::vector<CommBatch> batches;
   for (GroupedCall& g : group.calls) {

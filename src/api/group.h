@@ -11,8 +11,11 @@ bool groupIsOpen();
 // Adds a checked call to the calling thread's open group.
 void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call,
                 bool onDevice);
-// Records a failed call: weftGroupEnd will return this error and issue nothing.
-void failGroup(weftResult_t code);
+// Records a failed call: weftGroupEnd will return this error, with its message, and issue
+// nothing. Every call that fails inside an open group records itself here.
+void failGroup(const Status& status);
+// reportError for a call that would belong to the thread's open group: fails the group too.
+weftResult_t reportCallError(const Status& status, CommState* state = nullptr);
 // Whether the calling thread's open group holds calls on this communicator.
 bool groupHolds(const CommState* state);
 // An init started inside the group, on its own thread. A blocking one the outermost
