@@ -241,6 +241,35 @@ TEST_CASE("bad input: abort from another thread ends a collective waiting on a s
   }));
 }
 
+TEST_CASE("bad input: a watchdog's abort ends a destroy waiting for queued work", "[badinput]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = commWithTimeout(ctx, 60000);
+    if (comm == nullptr) return 1;
+    if (ctx.rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(4));  // stays silent, then leaves
+      (void)weftCommAbort(comm);
+      return 0;
+    }
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    std::vector<float> v(1000, 1.0f);
+    RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, stream));
+    auto start = Clock::now();
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      RANK_WEFT(ctx, weftCommAbort(comm));  // destroy holds the communicator now
+    });
+    RANK_WEFT(ctx, weftCommDestroy(comm));  // waits for the queued all-reduce until the abort
+    watchdog.join();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    RANK_CHECK(ctx, seconds < 3.0, "destroy returned after %.1f s: the abort did not end its wait", seconds);
+    RANK_CHECK(ctx, weftStreamSynchronize(stream) != weftSuccess, "the all-reduce succeeded without its peer");
+    RANK_CHECK(ctx, weftCommAbort(comm) == weftInvalidArgument, "a released communicator's handle still names it");
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    return 0;
+  }));
+}
+
 TEST_CASE("bad input: ranks with different tuning settings fail init, naming them", "[badinput]") {
   // Different chunk sizes (or forced algorithms) make the ranks' schedules for one call differ:
   // a size mismatch at best, a hang or mixed-up data at worst. Init refuses it on every rank.

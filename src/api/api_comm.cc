@@ -1,6 +1,10 @@
 // Communicator lifecycle: unique ids, init (blocking and not), destroy, abort, queries.
 #include <unistd.h>
 
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
 #include "api/comm_init.h"
 #include "api/device_issue.h"
 #include "gpu/device_memory.h"
@@ -92,6 +96,38 @@ Result<core::UniqueIdContents> makeUniqueId() {
 
 namespace {
 
+// Communicators a weftCommDestroy is releasing (it waits for their work): their handles no
+// longer name them, but a watchdog's weftCommAbort must still reach them and end that wait.
+class Releasing {
+ public:
+  // Takes `comm` out of the registry into this set, or (for an abort) aborts it if it is
+  // already here. Null when neither holds it.
+  std::shared_ptr<api::CommState> take(weftComm_t comm, bool abort) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto state = api::unregisterComm(comm)) {
+      states_.emplace(comm, state);
+      return state;
+    }
+    auto it = states_.find(comm);
+    if (!abort || it == states_.end()) return nullptr;
+    it->second->abortFlag.store(true);
+    return it->second;
+  }
+  void done(weftComm_t comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    states_.erase(comm);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<weftComm_t, std::shared_ptr<api::CommState>> states_;
+};
+
+Releasing& releasing() {
+  static auto* instance = new Releasing;  // never destroyed, like the registry
+  return *instance;
+}
+
 // Destroy and abort: stop the init thread if any, wait for an in-flight collective, free.
 weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) {
   if (auto open = api::lookupComm(comm); open && !abort && api::groupHolds(open.get())) {
@@ -99,9 +135,13 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
                                                                          "communicator; call weftGroupEnd first"),
                             open.get());
   }
-  auto state = api::unregisterComm(comm);
+  auto state = releasing().take(comm, abort);
   if (!state) return api::reportError(Status(weftInvalidArgument, std::string(what) + ": invalid communicator"));
-  state->released.store(true);
+  if (state->released.exchange(true)) return weftSuccess;  // a destroy under way frees it; this abort woke it
+  struct Done {
+    weftComm_t comm;
+    ~Done() { releasing().done(comm); }
+  } done{comm};
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
   api::joinInit(*state);
   if (!abort) api::quiesceDevice(*state);
