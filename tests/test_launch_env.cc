@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +124,34 @@ TEST_CASE("launch: a rendezvous file left by a dead rank 0 is passed over", "[la
     return env;
   });
   unlink(path.c_str());
+}
+
+TEST_CASE("launch: a FIFO at the rendezvous path is an error, not a hang", "[launch][multiprocess]") {
+  // Someone made a FIFO where rank 0 will publish its id; opening it for reading would wait for
+  // a writer forever, before any deadline is looked at.
+  std::string job = jobId();
+  const std::string path = weft::core::localRendezvousPath("slurm-" + job + ".0");
+  REQUIRE(mkfifo(path.c_str(), 0600) == 0);
+  LaunchOptions options;
+  options.makeId = false;
+  options.timeoutMs = 30000;
+  auto outcomes = runRanks(
+      1,
+      [&](RankContext& ctx) {
+        for (const auto& [key, value] : Env{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                                            {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}, {"WEFT_TIMEOUT_MS", "5000"}}) {
+          setenv(key.c_str(), value.c_str(), 1);
+        }
+        weftComm_t comm = nullptr;
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftSystemError, "init over a FIFO");
+        RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "not a private Weft id file") != nullptr, "%s",
+                   weftGetLastError(nullptr));
+        return 0;
+      },
+      options);
+  unlink(path.c_str());
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
 TEST_CASE("launch: a missing or inconsistent environment is a clear error", "[launch][multiprocess]") {

@@ -77,7 +77,8 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   }
   if (got.code() == weftRemoteError && abortFlag != nullptr && abortFlag->load()) return got;  // aborted, not lost
   if (got.code() == weftRemoteError) {
-    return Status(weftRemoteError, "the " + where + " closed the connection before answering: its process exited, or the id is stale or belongs to another job");
+    return Status(weftRemoteError, "the " + where + " closed the connection before answering (" + got.message() +
+                                       "): its process exited, or the id is stale or belongs to another job");
   }
   WEFT_TRY(got);
   WEFT_TRY(checkRootReply(reply, nranks, where));

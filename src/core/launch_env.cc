@@ -65,8 +65,11 @@ Result<Secret> secretFromEnvironment(const std::string& jobKey) {
     return secret;
   }
   // Without a shared secret from the launcher, derive one from the job: it keeps other jobs'
-  // ranks out, though not a hostile user who can read this job's environment.
-  WEFT_INFO("WEFT_SECRET is not set; the bootstrap secret is derived from the job id");
+  // ranks out, though not someone who knows the job id (squeue shows Slurm's; torchrun's is
+  // often "none"), so say so where everyone sees it.
+  WEFT_WARN("WEFT_SECRET is not set: the bootstrap secret is derived from the launcher's job id, which others who "
+            "can reach this job's ports may know; export the same WEFT_SECRET (64 hex digits, e.g. `openssl rand "
+            "-hex 32`) to every rank to keep them out");
   for (size_t i = 0; i < secret.size(); i += 8) {
     uint64_t h = fnv1a64(jobKey.data(), jobKey.size(), 0xcbf29ce484222325ull + i);
     std::memcpy(secret.data() + i, &h, 8);
@@ -86,11 +89,12 @@ Result<UniqueIdContents> readLocalId(const std::string& path, int timeoutMs) {
   Deadline deadline = Deadline::afterMs(timeoutMs);
   bool toldStale = false;
   for (;;) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    // O_NONBLOCK: a FIFO someone made at this path would block the open until a writer came.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd >= 0) {
       struct stat st{};
       LocalIdFile file{};
-      bool ok = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() && (st.st_mode & 077) == 0 &&
+      bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid() && (st.st_mode & 077) == 0 &&
                 ::read(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
       ::close(fd);
       if (!ok) return Status(weftSystemError, path + " is not a private Weft id file of this user");

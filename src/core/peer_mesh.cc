@@ -170,7 +170,8 @@ Status PeerMesh::acceptAndSort(const Deadline& deadline) {
   PeerHello hello{};
   Status got = transport::recvAll(fd.get(), &hello, sizeof(hello),
                                   deadline.earlier(Deadline::afterMs(kHelloDeadlineMs)), abortFlag_);
-  const char* why = !got.isOk() ? "no hello" : peerHelloProblem(hello, secret_, rank_, streamsByRank_);
+  const std::string noHello = "no hello: " + got.message();
+  const char* why = !got.isOk() ? noHello.c_str() : peerHelloProblem(hello, secret_, rank_, streamsByRank_);
   if (why == nullptr && connections_[static_cast<size_t>(hello.fromRank)]) why = "a duplicate connection";
   if (why != nullptr) {
     WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, from.toString().c_str(), why);
