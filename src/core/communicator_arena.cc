@@ -67,7 +67,16 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     }
   }
   const CollectiveCall agree{coll::Collective::AllReduce, &attached, &attached, 1, weftUint8, weftMin};
-  WEFT_TRY(runScheduled({&agree, 1}, deadline));
+  if (Status agreed = runScheduled({&agree, 1}, deadline); !agreed.isOk()) {
+    // A peer failed, or died, after the gather: it may never remove its segment's name, so
+    // every rank removes every name it was given (the communicator is failed either way).
+    for (int peer = 0; peer < size(); ++peer) {
+      const Record& r = all[static_cast<size_t>(peer)];
+      if (!r.ok || peer == rank()) continue;
+      transport::ShmSegment::removeName(std::string(r.name, strnlen(r.name, sizeof(r.name))));
+    }
+    return agreed;
+  }
   if (created) created->unlinkOwn();
   if (attached) {
     arena_ = std::move(created);

@@ -39,6 +39,8 @@ void ShmSegment::release() {
   bytes_ = 0;
 }
 
+void ShmSegment::removeName(const std::string& name) { (void)::shm_unlink(name.c_str()); }
+
 void ShmSegment::unlink() {
   if (linked_) ::shm_unlink(name_.c_str());
   linked_ = false;
@@ -114,7 +116,10 @@ Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
   segment.linked_ = true;
   // Reserve every page now: on a full tmpfs this fails with ENOSPC instead of the first touch
   // of an unbacked page killing the process with SIGBUS.
-  int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
+  int err;
+  do {
+    err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));  // tmpfs gives up on any signal
+  } while (err == EINTR);
   if (err != 0) {
     return Status(weftSystemError,
                   formatString("cannot reserve %zu bytes of shared memory in /dev/shm (%zu free): %s", bytes,

@@ -37,6 +37,9 @@ class ShmSegment {
 
   // Removes the name (the mapping stays). Idempotent; a name already gone is fine.
   void unlink();
+  // Removes a segment name another process made, for when that process may never do it
+  // itself (it died). A name already gone is fine.
+  static void removeName(const std::string& name);
 
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
