@@ -89,10 +89,7 @@ Status resolveOp(const char* fn, api::CommState& state, weftRedOp_t op, core::Co
 weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::CollectiveCall call,
                     weftRedOp_t op = weftSum) {
   auto state = usableComm(comm, fn);
-  if (!state.isOk()) {
-    if (api::groupIsOpen()) api::failGroup(state.status());
-    return api::reportError(state.status());
-  }
+  if (!state.isOk()) return api::reportCallError(state.status());
   api::CommState& cs = *state.value();
   Status checked;
   // The caller may have passed any int as the type: read it as one (loading an out-of-range
@@ -139,10 +136,7 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
                      formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate (a GPU "
                                   "stream needs device buffers)", fn));
   }
-  if (!checked.isOk()) {
-    if (api::groupIsOpen()) api::failGroup(checked);
-    return api::reportError(checked, &cs);
-  }
+  if (!checked.isOk()) return api::reportCallError(checked, &cs);
   if (api::groupIsOpen()) {
     api::addToGroup(state.take(), stream, call, onDevice);
     return weftSuccess;
@@ -234,9 +228,8 @@ extern "C" WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t strea
   // live in the operation, which outlives the call on a host stream.
   constexpr const char* fn = "weftBarrier";
   if (api::groupIsOpen()) {
-    Status refused(weftInvalidUsage, "weftBarrier: not allowed inside a group");
-    api::failGroup(refused);
-    return api::reportError(refused, api::lookupComm(comm).get());
+    return api::reportCallError(Status(weftInvalidUsage, "weftBarrier: not allowed inside a group"),
+                                api::lookupComm(comm).get());
   }
   auto state = usableComm(comm, fn);
   if (!state.isOk()) return api::reportError(state.status());
