@@ -6,6 +6,11 @@
 
 namespace weft {
 
+const std::string& Status::noMessage() {
+  static const std::string empty;
+  return empty;
+}
+
 std::string formatString(const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);

@@ -2,6 +2,7 @@
 // readable sentence; the API layer turns it into a return code plus last-error text.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,21 +14,26 @@ namespace weft {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(weftResult_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(weftResult_t code, std::string message)
+      : code_(code), message_(std::make_shared<const std::string>(std::move(message))) {}
 
   static Status ok() { return Status(); }
   bool isOk() const { return code_ == weftSuccess; }
   weftResult_t code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : noMessage(); }
 
   // Prefixes the message with where it happened ("all-reduce: ...").
   Status withContext(const std::string& context) const {
-    return isOk() ? *this : Status(code_, context + ": " + message_);
+    return isOk() ? *this : Status(code_, context + ": " + message());
   }
 
  private:
+  static const std::string& noMessage();
+
   weftResult_t code_ = weftSuccess;
-  std::string message_;
+  // Shared and immutable: a success, which every call passes up through several layers, is
+  // then a code and a null pointer, with nothing to construct, copy or destroy.
+  std::shared_ptr<const std::string> message_;
 };
 
 template <typename T>
