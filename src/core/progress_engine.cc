@@ -8,17 +8,17 @@
 
 namespace weft::core {
 
-bool ProgressEngine::enterIfIdle() {
+void ProgressEngine::notifyChanged() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (busy_ || !queue_.empty() || stopping_) return false;  // runQueued refuses once stopping
-  busy_ = true;
-  return true;
+  changed_.notify_all();
 }
 
-void ProgressEngine::leave() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  busy_ = false;
-  changed_.notify_all();
+void ProgressEngine::updateContended() {
+  if (!queue_.empty() || stopping_) {
+    state_.fetch_or(kContended, std::memory_order_acq_rel);
+  } else {
+    state_.fetch_and(~kContended, std::memory_order_acq_rel);
+  }
 }
 
 Status ProgressEngine::runQueued(Task task) {
@@ -26,8 +26,7 @@ Status ProgressEngine::runQueued(Task task) {
   // A caller that got past the communicator's lookup just before destroy or abort must not
   // run on what shutdown() is about to free.
   if (stopping_) return Status(weftInvalidUsage, "the communicator was destroyed or aborted");
-  if (!busy_ && queue_.empty()) {  // the engine went idle since runBlocking looked
-    busy_ = true;
+  if (queue_.empty() && enterIfIdle()) {  // the engine went idle since runBlocking looked
     lock.unlock();
     Status status = task();
     leave();
@@ -43,6 +42,7 @@ Status ProgressEngine::runQueued(Task task) {
     done->set_value(status);
     return Status::ok();  // reported to the blocking caller, not as a background failure
   });
+  updateContended();
   changed_.notify_all();
   lock.unlock();
   return result.get();
@@ -52,6 +52,7 @@ Status ProgressEngine::enqueue(Task task) {
   std::lock_guard<std::mutex> lock(mutex_);
   WEFT_TRY(ensureWorker());
   queue_.push_back(std::move(task));
+  updateContended();
   changed_.notify_all();
   return Status::ok();
 }
@@ -84,15 +85,17 @@ Status ProgressEngine::ensureWorker() {
 void ProgressEngine::workerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] { return (!busy_ && !queue_.empty()) || (stopping_ && queue_.empty() && !busy_); });
+    changed_.wait(lock, [&] { return !busy() && (!queue_.empty() || stopping_); });
     if (queue_.empty()) return;  // stopping, nothing left
+    // kContended is set while the queue holds this task, so no blocking caller can enter now.
+    state_.fetch_or(kBusy, std::memory_order_acq_rel);
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
+    updateContended();
     lock.unlock();
     (void)task();
     lock.lock();
-    busy_ = false;
+    state_.fetch_and(~kBusy, std::memory_order_acq_rel);
     changed_.notify_all();
   }
 }
@@ -101,10 +104,11 @@ void ProgressEngine::shutdown() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
+    updateContended();
     changed_.notify_all();
     if (!worker_.joinable()) {
       // No worker: wait only for a blocking caller that is still running.
-      changed_.wait(lock, [&] { return !busy_; });
+      changed_.wait(lock, [&] { return !busy(); });
       return;
     }
   }

@@ -5,7 +5,9 @@
 // communicator's collectives in issue order whichever way they were called.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -49,8 +51,18 @@ class ProgressEngine {
   void setCpus(std::vector<unsigned> cpus);
 
  private:
-  bool enterIfIdle();  // marks the engine busy if nothing is queued or running
-  void leave();        // ends what enterIfIdle let in
+  // Marks the engine busy if nothing is queued or running, and not stopping.
+  bool enterIfIdle() {
+    uint32_t idle = 0;
+    return state_.compare_exchange_strong(idle, kBusy, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+  // Ends what enterIfIdle (or runQueued) let in.
+  void leave() {
+    if (state_.fetch_and(~kBusy, std::memory_order_acq_rel) & kContended) notifyChanged();
+  }
+  void notifyChanged();
+  void updateContended();  // with mutex_ held, after queue_ or stopping_ changed
+  bool busy() const { return (state_.load(std::memory_order_acquire) & kBusy) != 0; }
   Status runQueued(Task task);
   void workerLoop();
   Status ensureWorker();  // with mutex_ held
@@ -58,8 +70,14 @@ class ProgressEngine {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Task> queue_;
-  bool busy_ = false;  // a task is running (on the worker or a blocking caller)
   bool stopping_ = false;
+  // kBusy: a task is running (on the worker or a blocking caller). kContended: something is
+  // queued, or the engine is stopping, so a blocking caller may not run at once, and the end of
+  // a task must wake whoever waits on changed_. A blocking call on an idle engine, the common
+  // case, is then one compare-and-swap in and one atomic and out, without the mutex; everything
+  // else changes state_ with mutex_ held.
+  static constexpr uint32_t kBusy = 1, kContended = 2;
+  std::atomic<uint32_t> state_{0};
   std::thread worker_;
   std::vector<unsigned> cpus_;
 };
