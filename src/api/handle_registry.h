@@ -1,7 +1,12 @@
 // Opaque C handles for C++ objects. A handle is a number that is never reused, looked up on
 // every call, so a destroyed or invented handle is an error instead of a dangling pointer.
+//
+// Lookups are on every call's path, so each thread remembers the last handle it found: that
+// answer holds while no handle has been removed since (removals are counted), which skips the
+// mutex and the hash map for a loop of calls on one communicator.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -23,9 +28,15 @@ class HandleRegistry {
   }
 
   std::shared_ptr<State> find(const void* handle) {
+    thread_local LastFound last;
+    if (last.registry == this && last.handle == handle && last.removals == removals_.load(std::memory_order_acquire)) {
+      if (auto state = last.state.lock()) return state;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = states_.find(reinterpret_cast<uintptr_t>(handle));
-    return it == states_.end() ? nullptr : it->second;
+    if (it == states_.end()) return nullptr;
+    last = {this, handle, removals_.load(std::memory_order_relaxed), it->second};
+    return it->second;
   }
 
   std::shared_ptr<State> remove(const void* handle) {
@@ -34,10 +45,19 @@ class HandleRegistry {
     if (it == states_.end()) return nullptr;
     auto state = std::move(it->second);
     states_.erase(it);
+    removals_.fetch_add(1, std::memory_order_release);
     return state;
   }
 
  private:
+  struct LastFound {
+    const HandleRegistry* registry = nullptr;
+    const void* handle = nullptr;
+    uint64_t removals = 0;
+    std::weak_ptr<State> state;  // does not keep a destroyed object alive
+  };
+
+  std::atomic<uint64_t> removals_{0};
   std::mutex mutex_;
   std::unordered_map<uintptr_t, std::shared_ptr<State>> states_;
   uintptr_t next_;
