@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/copy_small.h"
 #include "kernels/float_formats.h"
 #include "kernels/cpu/reduce.h"
 #include "tests/float_format_spec.h"
@@ -305,4 +306,26 @@ TEST_CASE("an invalid type or op does nothing", "[reduce]") {
   divide(out, a, 2, weftNumTypes, 2);
   CHECK(out[0] == -1);
   CHECK(out[1] == -1);
+}
+
+TEST_CASE("copySmall and copyBelow copy exactly the bytes asked for", "[copy]") {
+  std::vector<uint8_t> source(200);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (size_t bytes = 0; bytes <= 130; ++bytes) {
+    for (size_t offset : {0, 1, 3}) {  // unaligned destinations too
+      std::vector<uint8_t> dst(bytes + 16, 0xee);
+      copySmall(dst.data() + offset, source.data() + offset, bytes);
+      INFO("copySmall of " << bytes << " bytes at offset " << offset);
+      for (size_t i = 0; i < dst.size(); ++i) {
+        const bool inside = i >= offset && i < offset + bytes;
+        REQUIRE(dst[i] == (inside ? source[i] : 0xee));
+      }
+    }
+  }
+  for (size_t bytes = 0; bytes < 32; ++bytes) {
+    std::vector<uint8_t> dst(48, 0xee);
+    copyBelow<32>(dst.data(), source.data(), bytes);
+    INFO("copyBelow<32> of " << bytes << " bytes");
+    for (size_t i = 0; i < dst.size(); ++i) REQUIRE(dst[i] == (i < bytes ? source[i] : 0xee));
+  }
 }

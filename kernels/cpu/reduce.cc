@@ -138,17 +138,6 @@ void scale(void* dst, const void* src, size_t count, weftDataType_t type, const 
   scaleScalar(dst, src, count, type, scalar);
 }
 
-size_t dataTypeSize(weftDataType_t type) {
-  switch (type) {
-    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
-    case weftFloat16: case weftBfloat16: return 2;
-    case weftInt32: case weftUint32: case weftFloat32: return 4;
-    case weftInt64: case weftUint64: case weftFloat64: return 8;
-    case weftNumTypes: break;
-  }
-  return 0;
-}
-
 bool isValidDataType(int type) { return type >= 0 && type < weftNumTypes; }
 
 bool isNarrowFloat(weftDataType_t type) {

@@ -8,8 +8,17 @@
 
 namespace weft::kernels {
 
-// Bytes per element; 0 for an invalid type.
-size_t dataTypeSize(weftDataType_t type);
+// Bytes per element; 0 for an invalid type. Inline: every call asks it several times.
+inline size_t dataTypeSize(weftDataType_t type) {
+  switch (type) {
+    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
+    case weftFloat16: case weftBfloat16: return 2;
+    case weftInt32: case weftUint32: case weftFloat32: return 4;
+    case weftInt64: case weftUint64: case weftFloat64: return 8;
+    case weftNumTypes: break;
+  }
+  return 0;
+}
 bool isValidDataType(int type);
 const char* dataTypeName(weftDataType_t type);
 const char* redOpName(weftRedOp_t op);

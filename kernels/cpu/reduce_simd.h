@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/copy_small.h"
 #include "weft/weft.h"
 
 namespace weft::kernels {
@@ -58,10 +59,10 @@ WEFT_SIMD_TARGET void simdReduceLoop(void* dst, const void* a, const void* b, si
     alignas(64) T leftTail[kLanes] = {};
     alignas(64) T rightTail[kLanes] = {};
     alignas(64) T outTail[kLanes];
-    std::memcpy(leftTail, left + i, bytes);
-    std::memcpy(rightTail, right + i, bytes);
+    copyBelow<sizeof(outTail)>(leftTail, left + i, bytes);
+    copyBelow<sizeof(outTail)>(rightTail, right + i, bytes);
     Kernel::template block<op>(outTail, leftTail, rightTail);
-    std::memcpy(out + i, outTail, bytes);
+    copyBelow<sizeof(outTail)>(out + i, outTail, bytes);
   }
 }
 
@@ -104,9 +105,9 @@ WEFT_SIMD_TARGET void simdDivide(void* dst, const void* src, size_t count, uint6
     const size_t bytes = (count - i) * sizeof(T);
     alignas(64) T inTail[kLanes] = {};
     alignas(64) T outTail[kLanes];
-    std::memcpy(inTail, in + i, bytes);
+    copyBelow<sizeof(outTail)>(inTail, in + i, bytes);
     Kernel::divideBlock(outTail, inTail, d);
-    std::memcpy(out + i, outTail, bytes);
+    copyBelow<sizeof(outTail)>(out + i, outTail, bytes);
   }
 }
 

@@ -1,10 +1,10 @@
 #include "coll/arena_allgather.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include "coll/arena_wait.h"
+#include "kernels/cpu/copy_small.h"
 
 namespace weft::coll {
 
@@ -21,14 +21,14 @@ Status arenaAllGather(transport::ShmArena& arena, uint32_t* seq, const ArenaAllG
   for (size_t offset = 0; offset < call.blockBytes; offset += arena.capacity()) {
     const size_t piece = std::min(arena.capacity(), call.blockBytes - offset);
     const uint32_t s = ++*seq;
-    std::memcpy(arena.ownData(s, piece), mine + offset, piece);
+    kernels::copySmall(arena.ownData(s, piece), mine + offset, piece);
     arena.publish(s, static_cast<uint32_t>(piece), call.tag);
-    if (myPlace != mine) std::memcpy(myPlace + offset, mine + offset, piece);  // while the peers read
+    if (myPlace != mine) kernels::copySmall(myPlace + offset, mine + offset, piece);  // while the peers read
     for (int k = 1; k < n; ++k) {
       const int peer = (me + k) % n;
       WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
       WEFT_TRY(checkSameCall(arena, peer, s, piece, call.tag, context));
-      std::memcpy(recv + static_cast<size_t>(peer) * call.blockBytes + offset, arena.peerData(peer, s, piece), piece);
+      kernels::copySmall(recv + static_cast<size_t>(peer) * call.blockBytes + offset, arena.peerData(peer, s, piece), piece);
     }
   }
   return Status::ok();

@@ -1,9 +1,9 @@
 #include "coll/arena_allreduce.h"
 
-#include <cstring>
 #include <optional>
 
 #include "coll/arena_wait.h"
+#include "kernels/cpu/copy_small.h"
 #include "kernels/cpu/reduce.h"
 
 namespace weft::coll {
@@ -17,7 +17,7 @@ Status arenaAllReduce(transport::ShmArena& arena, uint32_t seq, const ArenaAllRe
   } else if (call.divideInputs) {
     kernels::divide(arena.ownData(seq, bytes), call.send, call.count, call.type, static_cast<uint64_t>(arena.size()));
   } else {
-    std::memcpy(arena.ownData(seq, bytes), call.send, bytes);
+    kernels::copySmall(arena.ownData(seq, bytes), call.send, bytes);
   }
   arena.publish(seq, static_cast<uint32_t>(bytes), call.tag);
 

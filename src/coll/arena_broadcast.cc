@@ -1,10 +1,10 @@
 #include "coll/arena_broadcast.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include "coll/arena_wait.h"
+#include "kernels/cpu/copy_small.h"
 
 namespace weft::coll {
 
@@ -22,7 +22,7 @@ Status arenaBroadcast(transport::ShmArena& arena, uint32_t* seq, const ArenaBroa
       arena.publish(s, static_cast<uint32_t>(piece), call.tag);  // done with piece s-1
       WEFT_TRY(awaitPublished(arena, call.root, s, context, &deadline));
       WEFT_TRY(checkSameCall(arena, call.root, s, piece, call.tag, context));
-      std::memcpy(out + offset, arena.peerData(call.root, s, piece), piece);
+      kernels::copySmall(out + offset, arena.peerData(call.root, s, piece), piece);
       // The arena's rule: publish s+1 only once every peer has published s, i.e. has finished
       // reading everything before s, this rank's header of s-1 included (which publishing
       // s+1 overwrites). Seeing the root's s alone does not tell that of the other non-roots.
@@ -34,9 +34,9 @@ Status arenaBroadcast(transport::ShmArena& arena, uint32_t* seq, const ArenaBroa
       }
       continue;
     }
-    std::memcpy(arena.ownData(s, piece), in + offset, piece);
+    kernels::copySmall(arena.ownData(s, piece), in + offset, piece);
     arena.publish(s, static_cast<uint32_t>(piece), call.tag);
-    if (out != in) std::memcpy(out + offset, in + offset, piece);  // while the peers read
+    if (out != in) kernels::copySmall(out + offset, in + offset, piece);  // while the peers read
     // Before the next piece overwrites the slot of piece s-1, every peer must be past it.
     for (int k = 1; k < n; ++k) {
       const int peer = (call.root + k) % n;
