@@ -2,6 +2,7 @@
 
 #if WEFT_HAVE_GPU
 #include <link.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstddef>
@@ -19,6 +20,7 @@ bool builtWithGpu() { return true; }
 
 namespace {
 
+#if !defined(WEFT_GPU_HIP)
 // Whether the process has loaded the GPU driver. Memory can be device memory only then, and
 // asking the runtime earlier would load the driver and make a context in every host-only
 // process (file descriptors and threads it never asked for). HIP's runtime is the driver.
@@ -27,13 +29,8 @@ namespace {
 // from the dynamic loader's list (dlopen with RTLD_NOLOAD would search the library path on
 // disk each time, about 100 us), and not even that while the loader's count of objects ever
 // loaded stays where it was at the last look.
-bool driverLoaded() {
-#if defined(WEFT_GPU_HIP)
-  return true;
-#else
-  static std::atomic<bool> loaded{false};
+bool lookForDriver() {
   static std::atomic<unsigned long long> lookedAt{0};
-  if (loaded.load(std::memory_order_relaxed)) return true;
   struct Look {
     unsigned long long lookedAt;
     unsigned long long adds = 0;
@@ -56,12 +53,33 @@ bool driverLoaded() {
         return l->found ? 1 : 0;
       },
       &look);
-  if (look.found) {
-    loaded.store(true, std::memory_order_relaxed);
-  } else if (look.adds != 0) {
-    lookedAt.store(look.adds, std::memory_order_relaxed);
-  }
+  if (!look.found && look.adds != 0) lookedAt.store(look.adds, std::memory_order_relaxed);
   return look.found;
+}
+#endif
+
+// Even the loader's list costs a small all-reduce an eighth of its instructions (its lock, and
+// finding the caller's namespace), so a look that found no driver stands for one tick of the
+// coarse clock (1-10 ms, read from the vDSO without a system call). That cannot hide device
+// memory: between the driver's loading and the first device buffer a process initializes the
+// driver and makes a context, which takes tens of milliseconds at the least.
+bool driverLoaded() {
+#if defined(WEFT_GPU_HIP)
+  return true;
+#else
+  static std::atomic<bool> loaded{false};
+  static std::atomic<long long> absentAt{-1};  // the coarse clock's reading at the last look
+  if (loaded.load(std::memory_order_relaxed)) return true;
+  timespec now{};
+  const bool clockRead = ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now) == 0;  // else look every time
+  const long long tick = static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+  if (clockRead && tick == absentAt.load(std::memory_order_relaxed)) return false;
+  if (lookForDriver()) {
+    loaded.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  if (clockRead) absentAt.store(tick, std::memory_order_relaxed);
+  return false;
 #endif
 }
 
