@@ -19,7 +19,6 @@ struct GroupedCall {
 };
 
 struct OpenGroup {
-  int depth = 0;
   Status firstError;  // of a call that failed inside the group
   std::vector<GroupedCall> calls;
   std::vector<std::shared_ptr<api::CommState>> inits;             // blocking: waited for
@@ -49,6 +48,9 @@ weftResult_t withPendingInits(const OpenGroup& group, weftResult_t result) {
 }
 
 thread_local OpenGroup tlsGroup;
+// Nesting depth of weftGroupStart. Apart from tlsGroup, whose destructor makes every access
+// check that it was set up: this one is read on every call.
+thread_local int tlsGroupDepth = 0;
 
 // One communicator's share of a group.
 struct CommBatch {
@@ -96,7 +98,7 @@ weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
 
 namespace weft::api {
 
-bool groupIsOpen() { return tlsGroup.depth > 0; }
+bool groupIsOpen() { return tlsGroupDepth > 0; }
 
 void addToGroup(std::shared_ptr<CommState> state, weftStream_t stream, const core::CollectiveCall& call,
                 bool onDevice) {
@@ -124,15 +126,15 @@ bool groupHolds(const CommState* state) {
 }  // namespace weft::api
 
 extern "C" WEFT_API weftResult_t weftGroupStart(void) {
-  ++tlsGroup.depth;
+  ++tlsGroupDepth;
   return weftSuccess;
 }
 
 extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
-  if (tlsGroup.depth == 0) {
+  if (tlsGroupDepth == 0) {
     return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: no group is open (weftGroupStart was not called)"));
   }
-  if (--tlsGroup.depth > 0) return weftSuccess;
+  if (--tlsGroupDepth > 0) return weftSuccess;
   OpenGroup group = std::move(tlsGroup);
   tlsGroup = OpenGroup{};
   // Inits first: each ends by its own deadline (the rendezvous's timeout) or abort.
