@@ -2,14 +2,22 @@
 // secret, a connection that never speaks. Each is dropped and the real job completes.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/bootstrap_wire.h"
 #include "core/unique_id.h"
@@ -177,4 +185,72 @@ TEST_CASE("bootstrap: a root out of descriptors waits, it does not spin", "[boot
   waitpid(child, &status, 0);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+
+// The IPv4 addresses this process listens on: its sockets (/proc/self/fd) in LISTEN state in
+// /proc/self/net/tcp, with 0.0.0.0 read as the loopback address.
+std::vector<transport::SocketAddress> ownListeners() {
+  std::set<std::string> inodes;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<transport::SocketAddress> found;
+  std::ifstream table("/proc/self/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+    if (state != "0A" || !inodes.contains(inode)) continue;
+    uint32_t ip = static_cast<uint32_t>(std::stoul(local.substr(0, 8), nullptr, 16));  // as stored: network order
+    const int port = static_cast<int>(std::stoul(local.substr(9), nullptr, 16));
+    in_addr address{ip == 0 ? htonl(INADDR_LOOPBACK) : ip};
+    auto parsed = transport::SocketAddress::parse(std::string(inet_ntoa(address)) + ":" + std::to_string(port));
+    if (parsed.isOk()) found.push_back(parsed.value());
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("peer mesh: connections that never say hello do not hold up a rank's peers",
+          "[bootstrap][security][multiprocess]") {
+  // Rank 1 accepts rank 0's connection on first use. Before that, it opens two connections to
+  // its own listener and says nothing on them: each used to hold rank 1's accept loop for the
+  // 5 s a hello may take, with rank 0's connection queued behind.
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    setenv("WEFT_SOCKET_IFNAME", "lo", 1);
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, 2, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    std::vector<transport::UniqueFd> silent;
+    if (ctx.rank == 1) {
+      const auto listeners = ownListeners();
+      RANK_CHECK(ctx, !listeners.empty(), "found no listening socket of this rank");
+      for (int i = 0; i < 2; ++i) {
+        for (const auto& address : listeners) {
+          auto fd = transport::connectTo(address, Deadline::afterMs(2000));
+          RANK_CHECK(ctx, fd.isOk(), "connect to %s: %s", address.toString().c_str(), fd.status().message().c_str());
+          if (fd.isOk()) silent.push_back(fd.take());
+        }
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // after rank 1's strangers
+    }
+    const auto start = std::chrono::steady_clock::now();
+    int64_t v = ctx.rank + 1;
+    RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt64, weftSum, comm, nullptr));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    RANK_CHECK(ctx, v == 3, "sum %ld", static_cast<long>(v));
+    RANK_CHECK(ctx, seconds < 4.0, "the first all-reduce took %.1f s behind silent connections", seconds);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }

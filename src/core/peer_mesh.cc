@@ -1,9 +1,14 @@
 #include "core/peer_mesh.h"
 
-#include <algorithm>
-#include <cstring>
+#include <poll.h>
+#include <sys/socket.h>
 
-#include "core/bootstrap_wire.h"
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
 #include "transport/socket/socket_connection.h"
 #include "util/log.h"
 
@@ -12,7 +17,9 @@ namespace weft::core {
 using transport::UniqueFd;
 
 namespace {
-constexpr int kHelloDeadlineMs = 5000;  // an accepted connection must introduce itself this fast
+constexpr int kHelloDeadlineMs = 5000;      // an accepted connection must introduce itself this fast
+constexpr size_t kMaxPendingHellos = 256;   // accepted connections still to say hello
+constexpr int kAbortSliceMs = 100;          // how often a wait looks at the abort flag
 }
 
 PeerMesh::PeerMesh(int rank, Rendezvous rendezvous, const Secret& secret, int streamsPerPeer,
@@ -161,30 +168,86 @@ Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& 
   return Status::ok();
 }
 
-// Accepts one connection and files it under the peer it proves to be.
 Status PeerMesh::acceptAndSort(const Deadline& deadline) {
-  transport::SocketAddress from;
+  std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
+  for (const auto& fd : railListenFds_) fds.push_back({fd.get(), POLLIN, 0});
+  Deadline wake = deadline;
+  for (const PendingHello& p : pending_) {
+    fds.push_back({p.fd.get(), POLLIN, 0});
+    wake = wake.earlier(p.deadline);
+  }
+  for (;;) {
+    if (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_relaxed)) {
+      return Status(weftRemoteError, "the communicator was aborted");
+    }
+    if (deadline.expired()) return Status(weftTimeout, "timed out waiting to accept a connection");
+    const int n = ::poll(fds.data(), fds.size(), wake.remainingMs(kAbortSliceMs));
+    if (n > 0 || wake.expired()) break;
+    if (n < 0 && errno != EINTR) return Status(weftSystemError, "poll: " + errnoString(errno));
+  }
+  acceptReady();
+  readHellos();
+  return Status::ok();
+}
+
+void PeerMesh::acceptReady() {
   std::vector<int> listeners{listenFd_.get()};
   for (const auto& fd : railListenFds_) listeners.push_back(fd.get());
-  WEFT_ASSIGN_OR_RETURN(UniqueFd fd, transport::acceptAny(listeners, deadline, abortFlag_, &from));
-  PeerHello hello{};
-  Status got = transport::recvAll(fd.get(), &hello, sizeof(hello),
-                                  deadline.earlier(Deadline::afterMs(kHelloDeadlineMs)), abortFlag_);
-  const std::string noHello = "no hello: " + got.message();
-  const char* why = !got.isOk() ? noHello.c_str() : peerHelloProblem(hello, secret_, rank_, streamsByRank_);
-  if (why == nullptr && connections_[static_cast<size_t>(hello.fromRank)]) why = "a duplicate connection";
-  if (why != nullptr) {
-    WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, from.toString().c_str(), why);
-    return Status::ok();
+  for (;;) {
+    PendingHello p{{}, {}, {}, 0, Deadline::afterMs(kHelloDeadlineMs)};
+    auto fd = transport::acceptAny(listeners, Deadline::afterMs(0), nullptr, &p.from);
+    if (!fd.isOk()) {
+      // Nothing left to accept, or accept failed (out of descriptors, say): the connection stays
+      // queued and the listener readable, so pause before the next look rather than spin.
+      if (fd.status().code() != weftTimeout) {
+        if (!acceptFailed_) WEFT_WARN("rank %d: %s; retrying", rank_, fd.status().message().c_str());
+        acceptFailed_ = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      return;
+    }
+    p.fd = fd.take();
+    if (pending_.size() >= kMaxPendingHellos) {  // a flood: the oldest silent connection makes room
+      WEFT_WARN("rank %d: %zu connections without a hello; dropped the one from %s", rank_, pending_.size(),
+                pending_.front().from.toString().c_str());
+      pending_.erase(pending_.begin());
+    }
+    pending_.push_back(std::move(p));
   }
-  auto& streams = arrived_[hello.fromRank];
-  streams.resize(static_cast<size_t>(hello.streams));
-  if (streams[hello.stream].valid()) {
-    WEFT_WARN("rank %d: dropped a duplicate stream %u from %s", rank_, hello.stream, describe(hello.fromRank).c_str());
-    return Status::ok();
+}
+
+void PeerMesh::readHellos() {
+  for (size_t i = 0; i < pending_.size();) {
+    PendingHello& p = pending_[i];
+    ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.received, sizeof(p.hello) - p.received, 0);
+    if (n > 0) p.received += static_cast<size_t>(n);
+    const bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    const char* why = nullptr;
+    if (p.received == sizeof(p.hello)) {
+      why = peerHelloProblem(p.hello, secret_, rank_, streamsByRank_);
+      if (why == nullptr && connections_[static_cast<size_t>(p.hello.fromRank)]) why = "a duplicate connection";
+    } else if (closed) {
+      why = "closed before its hello";
+    } else if (p.deadline.expired()) {
+      why = "no hello in time";
+    } else {
+      ++i;
+      continue;
+    }
+    if (why != nullptr) {
+      WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, p.from.toString().c_str(), why);
+    } else {
+      auto& streams = arrived_[p.hello.fromRank];
+      streams.resize(static_cast<size_t>(p.hello.streams));
+      if (streams[p.hello.stream].valid()) {
+        WEFT_WARN("rank %d: dropped a duplicate stream %u from %s", rank_, p.hello.stream,
+                  describe(p.hello.fromRank).c_str());
+      } else {
+        streams[p.hello.stream] = std::move(p.fd);
+      }
+    }
+    pending_.erase(pending_.begin() + static_cast<long>(i));
   }
-  streams[hello.stream] = std::move(fd);
-  return Status::ok();
 }
 
 }  // namespace weft::core

@@ -11,6 +11,7 @@
 
 #include "coll/executor.h"
 #include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
 #include "plan/planner.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/transport.h"
@@ -51,7 +52,11 @@ class PeerMesh final : public coll::ConnectionProvider {
   Result<transport::UniqueFd> connectStream(int peer, const StreamRoute& route, const Deadline& deadline,
                                             bool* onRail);
   Status acceptFrom(int peer, const Deadline& deadline);
+  // Waits for new connections and for hellos on those accepted, and files each connection whose
+  // hello is complete under the peer it proves to be; returns once something has changed.
   Status acceptAndSort(const Deadline& deadline);
+  void acceptReady();  // every connection the listeners hold now
+  void readHellos();   // what has arrived of each pending hello
   // Shared memory for a peer on this host (unless disabled or unavailable), else the streams.
   Status adopt(int peer, std::vector<transport::UniqueFd> streams, const Deadline& deadline);
 
@@ -67,6 +72,17 @@ class PeerMesh final : public coll::ConnectionProvider {
   std::vector<plan::Transport> transports_;
   const std::atomic<bool>* abortFlag_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
+  // An accepted connection whose hello has not arrived in full. Each waits on its own, so a
+  // connection that never speaks holds up nobody.
+  struct PendingHello {
+    transport::UniqueFd fd;
+    transport::SocketAddress from;
+    PeerHello hello{};
+    size_t received = 0;
+    Deadline deadline = Deadline::never();
+  };
+  std::vector<PendingHello> pending_;
+  bool acceptFailed_ = false;  // warned that accept fails (out of descriptors, say)
   std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order
   bool connected_ = false;  // connectAll has run
   std::set<int> brokenRails_;  // local NICs whose rail could not connect (see connectStream)
