@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -137,4 +138,47 @@ TEST_CASE("leaks: destroy, abort and a dead peer give back every fd, thread and 
       for (const auto& o : outcomes) CHECK(o.exitCode == 0);
     }
   }
+}
+
+namespace {
+
+// A thread_local that owns a communicator and destroys it when its thread exits, after the
+// library's own thread_locals of that thread may already be gone.
+struct ExitDestroyer {
+  weftComm_t comm = nullptr;
+  std::atomic<int>* result = nullptr;
+  ~ExitDestroyer() {
+    if (comm != nullptr) result->store(weftCommDestroy(comm));
+  }
+};
+
+weftComm_t soloComm() {
+  weftUniqueId id;
+  weftComm_t comm = nullptr;
+  if (weftGetUniqueId(&id) != weftSuccess || weftCommInitRank(&comm, 1, id, 0) != weftSuccess) return nullptr;
+  return comm;
+}
+
+}  // namespace
+
+TEST_CASE("lifecycle: a communicator destroyed by a thread_local at thread exit", "[leaks][multiprocess]") {
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    std::atomic<int> result{-1};
+    std::thread([&] {
+      thread_local ExitDestroyer destroyer;  // made first, so destroyed after Weft's thread_locals
+      destroyer.result = &result;
+      weftComm_t first = soloComm();
+      float x = 1;
+      // Looked up on this thread and destroyed: the lookup this thread remembers is of a handle
+      // that is gone when the thread exits.
+      RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, first, nullptr));
+      RANK_WEFT(ctx, weftCommDestroy(first));
+      destroyer.comm = soloComm();
+      RANK_CHECK(ctx, destroyer.comm != nullptr, "second communicator");
+    }).join();
+    RANK_CHECK(ctx, result.load() == weftSuccess, "destroy at thread exit returned %d", result.load());
+    return ctx.failures ? 1 : 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }

@@ -28,14 +28,18 @@ class HandleRegistry {
   }
 
   std::shared_ptr<State> find(const void* handle) {
+    // A thread may look handles up after its thread_locals were destroyed (a destructor that
+    // destroys a communicator at thread or process exit): then `last` is not touched again.
     thread_local LastFound last;
-    if (last.registry == this && last.handle == handle && last.removals == removals_.load(std::memory_order_acquire)) {
+    const bool remembering = !LastFound::gone;
+    if (remembering && last.registry == this && last.handle == handle &&
+        last.removals == removals_.load(std::memory_order_acquire)) {
       if (auto state = last.state.lock()) return state;
     }
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = states_.find(reinterpret_cast<uintptr_t>(handle));
     if (it == states_.end()) return nullptr;
-    last = {this, handle, removals_.load(std::memory_order_relaxed), it->second};
+    if (remembering) last = {this, handle, removals_.load(std::memory_order_relaxed), it->second};
     return it->second;
   }
 
@@ -55,6 +59,8 @@ class HandleRegistry {
     const void* handle = nullptr;
     uint64_t removals = 0;
     std::weak_ptr<State> state;  // does not keep a destroyed object alive
+    ~LastFound() { gone = true; }
+    static inline thread_local bool gone = false;  // trivially destructible: readable at thread exit
   };
 
   std::atomic<uint64_t> removals_{0};

@@ -7,8 +7,8 @@
 namespace weft {
 
 const std::string& Status::noMessage() {
-  static const std::string empty;
-  return empty;
+  static const auto* empty = new std::string();  // never destroyed: statuses outlive statics
+  return *empty;
 }
 
 std::string formatString(const char* fmt, ...) {
