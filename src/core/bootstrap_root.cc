@@ -52,17 +52,16 @@ class RootServer {
   void acceptNew() {
     for (;;) {
       PendingConnection p;
-      auto fd = transport::acceptOne(listenFd_.get(), Deadline::afterMs(0), nullptr, &p.from);
+      auto fd = transport::acceptNow(listenFd_.get(), &p.from);
       if (!fd.isOk()) {
-        // Nothing left to accept, or accept failed (out of descriptors): the connection stays
-        // queued and the listener readable, so wait a little before trying again, not spin.
-        if (fd.status().code() != weftTimeout) {
-          if (!acceptFailed_) WEFT_WARN("bootstrap root: %s; retrying", fd.status().message().c_str());
-          acceptFailed_ = true;
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
+        // Accept failed (out of descriptors): the connection stays queued and the listener
+        // readable, so wait a little before trying again, not spin.
+        if (!acceptFailed_) WEFT_WARN("bootstrap root: %s; retrying", fd.status().message().c_str());
+        acceptFailed_ = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
         return;
       }
+      if (!fd.value().valid()) return;  // nothing left to accept
       p.fd = fd.take();
       if (pending_.size() >= kMaxPending) {  // a flood: the oldest silent connection makes room
         WEFT_WARN("bootstrap root: %zu connections without a hello; dropping the one from %s",

@@ -74,6 +74,7 @@ Status PeerMesh::connectAll(const Deadline& deadline) {
     if (peer != rank_) WEFT_TRY(connection(peer, deadline).status());
   }
   connected_ = true;
+  pending_.clear();  // every peer is connected: what still waits to say hello is nobody's
   return Status::ok();
 }
 
@@ -193,61 +194,69 @@ Status PeerMesh::acceptAndSort(const Deadline& deadline) {
 void PeerMesh::acceptReady() {
   std::vector<int> listeners{listenFd_.get()};
   for (const auto& fd : railListenFds_) listeners.push_back(fd.get());
-  for (;;) {
-    PendingHello p{{}, {}, {}, 0, Deadline::afterMs(kHelloDeadlineMs)};
-    auto fd = transport::acceptAny(listeners, Deadline::afterMs(0), nullptr, &p.from);
-    if (!fd.isOk()) {
-      // Nothing left to accept, or accept failed (out of descriptors, say): the connection stays
-      // queued and the listener readable, so pause before the next look rather than spin.
-      if (fd.status().code() != weftTimeout) {
+  // At most a full table's worth per look, so that a flood of connections cannot keep this
+  // rank from its deadline and abort checks.
+  size_t accepted = 0;
+  for (int listener : listeners) {
+    while (accepted < kMaxPendingHellos) {
+      PendingHello p{{}, {}, {}, 0, Deadline::afterMs(kHelloDeadlineMs)};
+      auto fd = transport::acceptNow(listener, &p.from);
+      if (!fd.isOk()) {
+        // Out of descriptors, say: the connection stays queued and the listener readable, so
+        // pause before the next look rather than spin.
         if (!acceptFailed_) WEFT_WARN("rank %d: %s; retrying", rank_, fd.status().message().c_str());
         acceptFailed_ = true;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return;
       }
-      return;
+      if (!fd.value().valid()) break;  // none left on this listener
+      ++accepted;
+      p.fd = fd.take();
+      // A peer sends its hello right after connecting: it is mostly here already, and then the
+      // connection never waits among strangers.
+      if (readHello(p)) continue;
+      if (pending_.size() >= kMaxPendingHellos) {  // a flood: the oldest silent connection makes room
+        WEFT_WARN("rank %d: %zu connections without a hello; dropped the one from %s", rank_, pending_.size(),
+                  pending_.front().from.toString().c_str());
+        pending_.erase(pending_.begin());
+      }
+      pending_.push_back(std::move(p));
     }
-    p.fd = fd.take();
-    if (pending_.size() >= kMaxPendingHellos) {  // a flood: the oldest silent connection makes room
-      WEFT_WARN("rank %d: %zu connections without a hello; dropped the one from %s", rank_, pending_.size(),
-                pending_.front().from.toString().c_str());
-      pending_.erase(pending_.begin());
-    }
-    pending_.push_back(std::move(p));
   }
 }
 
 void PeerMesh::readHellos() {
-  for (size_t i = 0; i < pending_.size();) {
-    PendingHello& p = pending_[i];
-    ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.received, sizeof(p.hello) - p.received, 0);
-    if (n > 0) p.received += static_cast<size_t>(n);
-    const bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-    const char* why = nullptr;
-    if (p.received == sizeof(p.hello)) {
-      why = peerHelloProblem(p.hello, secret_, rank_, streamsByRank_);
-      if (why == nullptr && connections_[static_cast<size_t>(p.hello.fromRank)]) why = "a duplicate connection";
-    } else if (closed) {
-      why = "closed before its hello";
-    } else if (p.deadline.expired()) {
-      why = "no hello in time";
-    } else {
-      ++i;
-      continue;
-    }
-    if (why != nullptr) {
-      WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, p.from.toString().c_str(), why);
-    } else {
-      auto& streams = arrived_[p.hello.fromRank];
-      streams.resize(static_cast<size_t>(p.hello.streams));
-      if (streams[p.hello.stream].valid()) {
-        WEFT_WARN("rank %d: dropped a duplicate stream %u from %s", rank_, p.hello.stream,
-                  describe(p.hello.fromRank).c_str());
-      } else {
-        streams[p.hello.stream] = std::move(p.fd);
-      }
-    }
-    pending_.erase(pending_.begin() + static_cast<long>(i));
+  std::erase_if(pending_, [this](PendingHello& p) { return readHello(p); });
+}
+
+bool PeerMesh::readHello(PendingHello& p) {
+  ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.received, sizeof(p.hello) - p.received, 0);
+  if (n > 0) p.received += static_cast<size_t>(n);
+  const bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  const char* why = nullptr;
+  if (p.received == sizeof(p.hello)) {
+    why = peerHelloProblem(p.hello, secret_, rank_, streamsByRank_);
+    if (why == nullptr && connections_[static_cast<size_t>(p.hello.fromRank)]) why = "a duplicate connection";
+  } else if (closed) {
+    why = "closed before its hello";
+  } else if (p.deadline.expired()) {
+    why = "no hello in time";
+  } else {
+    return false;  // more to come
   }
+  if (why != nullptr) {
+    WEFT_WARN("rank %d: dropped a connection from %s: %s", rank_, p.from.toString().c_str(), why);
+    return true;
+  }
+  auto& streams = arrived_[p.hello.fromRank];
+  streams.resize(static_cast<size_t>(p.hello.streams));
+  if (streams[p.hello.stream].valid()) {
+    WEFT_WARN("rank %d: dropped a duplicate stream %u from %s", rank_, p.hello.stream,
+              describe(p.hello.fromRank).c_str());
+  } else {
+    streams[p.hello.stream] = std::move(p.fd);
+  }
+  return true;
 }
 
 }  // namespace weft::core

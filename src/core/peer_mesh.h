@@ -57,6 +57,10 @@ class PeerMesh final : public coll::ConnectionProvider {
   Status acceptAndSort(const Deadline& deadline);
   void acceptReady();  // every connection the listeners hold now
   void readHellos();   // what has arrived of each pending hello
+  struct PendingHello;
+  // Reads what has arrived of p's hello; true when p is done with (filed under its peer, or
+  // dropped), false while its hello is still to come.
+  bool readHello(PendingHello& p);
   // Shared memory for a peer on this host (unless disabled or unavailable), else the streams.
   Status adopt(int peer, std::vector<transport::UniqueFd> streams, const Deadline& deadline);
 

@@ -246,27 +246,34 @@ Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadlin
   }
 }
 
+Result<UniqueFd> acceptNow(int listenFd, SocketAddress* peerAddress) {
+  for (;;) {
+    sockaddr_storage storage{};
+    socklen_t len = sizeof(storage);
+    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&storage), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      UniqueFd owned(fd);
+      WEFT_TRY(configureStreamSocket(fd));
+      if (peerAddress != nullptr) {
+        auto addr = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+        if (addr.isOk()) *peerAddress = addr.value();
+      }
+      return owned;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;  // the next one, if any
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return UniqueFd();
+    return Status(weftSystemError, "accept: " + errnoString(errno));
+  }
+}
+
 Result<UniqueFd> acceptAny(std::span<const int> listenFds, const Deadline& deadline,
                            const std::atomic<bool>* abortFlag, SocketAddress* peerAddress) {
   std::vector<pollfd> fds;
   for (int fd : listenFds) fds.push_back({fd, POLLIN, 0});
   for (;;) {
     for (const pollfd& listener : fds) {
-      sockaddr_storage storage{};
-      socklen_t len = sizeof(storage);
-      int fd = ::accept4(listener.fd, reinterpret_cast<sockaddr*>(&storage), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) {
-        UniqueFd owned(fd);
-        WEFT_TRY(configureStreamSocket(fd));
-        if (peerAddress != nullptr) {
-          auto addr = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
-          if (addr.isOk()) *peerAddress = addr.value();
-        }
-        return owned;
-      }
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        return Status(weftSystemError, "accept: " + errnoString(errno));
-      }
+      WEFT_ASSIGN_OR_RETURN(UniqueFd fd, acceptNow(listener.fd, peerAddress));
+      if (fd.valid()) return fd;
     }
     WEFT_TRY(waitForAny(fds, deadline, abortFlag, "accept a connection"));
   }

@@ -69,6 +69,9 @@ Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound);
 Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
                            const std::atomic<bool>* abortFlag = nullptr, const SocketAddress* source = nullptr);
 
+// Accepts a connection the (non-blocking) listener holds now, without waiting: an invalid fd
+// when none is queued, weftSystemError when accept fails (out of descriptors, say).
+Result<UniqueFd> acceptNow(int listenFd, SocketAddress* peerAddress = nullptr);
 // Accepts one connection; weftTimeout at the deadline. The new socket is non-blocking.
 Result<UniqueFd> acceptOne(int listenFd, const Deadline& deadline,
                            const std::atomic<bool>* abortFlag = nullptr,
