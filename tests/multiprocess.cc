@@ -139,4 +139,12 @@ double processCpuSeconds() {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
+weftComm_t soloComm(RankContext& ctx) {
+  weftUniqueId id;
+  weftComm_t comm = nullptr;
+  RANK_WEFT(ctx, weftGetUniqueId(&id));
+  RANK_WEFT(ctx, weftCommInitRank(&comm, 1, id, 0));
+  return comm;
+}
+
 }  // namespace weft::test

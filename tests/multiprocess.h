@@ -36,6 +36,10 @@ std::vector<RankOutcome> runRanks(int nranks, const std::function<int(RankContex
 // "rank 1 exited 1: <output>" for each rank that did not exit 0; empty when all passed.
 std::string describeFailures(const std::vector<RankOutcome>& outcomes);
 
+// A one-rank communicator made inside a rank (each rank process makes its own); NULL, with a
+// failure recorded, when it cannot be made.
+weftComm_t soloComm(RankContext& ctx);
+
 // CPU time (user and system) this process has used so far, in seconds: a wait that sleeps
 // uses little of its wall time, one that polls uses all of it.
 double processCpuSeconds();

@@ -19,15 +19,6 @@ namespace {
 
 bool contains(const char* text, const char* part) { return text != nullptr && std::strstr(text, part) != nullptr; }
 
-// A one-rank communicator made inside a rank (each rank process makes its own).
-weftComm_t soloComm(RankContext& ctx) {
-  weftUniqueId id;
-  weftComm_t comm = nullptr;
-  RANK_WEFT(ctx, weftGetUniqueId(&id));
-  RANK_WEFT(ctx, weftCommInitRank(&comm, 1, id, 0));
-  return comm;
-}
-
 weftConfig_t configWithTimeout(int ms) {
   weftConfig_t config = WEFT_CONFIG_INITIALIZER;
   config.timeoutMs = ms;
