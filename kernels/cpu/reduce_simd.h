@@ -18,7 +18,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/copy_small.h"
 #include "weft/weft.h"

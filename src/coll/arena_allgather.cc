@@ -28,7 +28,8 @@ Status arenaAllGather(transport::ShmArena& arena, uint32_t* seq, const ArenaAllG
       const int peer = (me + k) % n;
       WEFT_TRY(awaitPublished(arena, peer, s, context, &deadline));
       WEFT_TRY(checkSameCall(arena, peer, s, piece, call.tag, context));
-      kernels::copySmall(recv + static_cast<size_t>(peer) * call.blockBytes + offset, arena.peerData(peer, s, piece), piece);
+      kernels::copySmall(recv + static_cast<size_t>(peer) * call.blockBytes + offset, arena.peerData(peer, s, piece),
+                         piece);
     }
   }
   return Status::ok();

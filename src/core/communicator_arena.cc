@@ -50,6 +50,10 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     }
   }
   std::vector<Record> all(static_cast<size_t>(size()));
+  auto nameOf = [&all](int peer) {
+    const Record& r = all[static_cast<size_t>(peer)];
+    return std::string(r.name, strnlen(r.name, sizeof(r.name)));
+  };
   const CollectiveCall gather{coll::Collective::AllGather, &mine, all.data(), sizeof(Record), weftUint8};
   WEFT_TRY(runScheduled({&gather, 1}, deadline));
   uint8_t attached = mine.ok;
@@ -59,7 +63,7 @@ Status Communicator::setUpArena(const Deadline& deadline) {
       attached = 0;
       why = mesh_.describe(peer) + " could not create its segment";
     } else if (peer != rank()) {
-      Status s = created->attach(peer, std::string(r.name, strnlen(r.name, sizeof(r.name))));
+      Status s = created->attach(peer, nameOf(peer));
       if (!s.isOk()) {
         attached = 0;
         why = s.message();
@@ -71,9 +75,7 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     // A peer failed, or died, after the gather: it may never remove its segment's name, so
     // every rank removes every name it was given (the communicator is failed either way).
     for (int peer = 0; peer < size(); ++peer) {
-      const Record& r = all[static_cast<size_t>(peer)];
-      if (!r.ok || peer == rank()) continue;
-      transport::ShmSegment::removeName(std::string(r.name, strnlen(r.name, sizeof(r.name))));
+      if (all[static_cast<size_t>(peer)].ok && peer != rank()) transport::ShmSegment::removeName(nameOf(peer));
     }
     return agreed;
   }

@@ -2,24 +2,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/reduce.h"
 #include "weft/ddp.hpp"
 
 namespace weft::ddp {
-namespace {
-
-// 0 for a value that is no weftDataType_t.
-size_t elementSize(weftDataType_t type) {
-  switch (type) {
-    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
-    case weftFloat16: case weftBfloat16: return 2;
-    case weftInt32: case weftUint32: case weftFloat32: return 4;
-    case weftInt64: case weftUint64: case weftFloat64: return 8;
-    case weftNumTypes: break;
-  }
-  return 0;
-}
-
-}  // namespace
+// kernels::dataTypeSize is inline (0 for a value that is no weftDataType_t): nothing of
+// libweft's internals is linked.
+using kernels::dataTypeSize;
 
 Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCapBytes)
     : comm_(comm), params_(std::move(params)), bucketOf_(params_.size()), slotOf_(params_.size()),
@@ -28,13 +17,13 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
   // closes at the byte cap or where the element type changes.
   for (size_t k = params_.size(); k-- > 0;) {
     const Parameter& p = params_[k];
-    if (elementSize(p.type) == 0) {
+    if (dataTypeSize(p.type) == 0) {
       throw std::invalid_argument("weft ddp: parameter " + std::to_string(k) + " has an invalid data type (" +
                                   std::to_string(static_cast<int>(p.type)) + ")");
     }
-    const size_t bytes = p.count * elementSize(p.type);
+    const size_t bytes = p.count * dataTypeSize(p.type);
     if (buckets_.empty() || buckets_.back().type != p.type ||
-        (buckets_.back().count * elementSize(p.type) + bytes > bucketCapBytes && !buckets_.back().params.empty())) {
+        (buckets_.back().count * dataTypeSize(p.type) + bytes > bucketCapBytes && !buckets_.back().params.empty())) {
       buckets_.push_back(Bucket{});
       buckets_.back().type = p.type;
     }
@@ -46,7 +35,7 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
     b.count += p.count;
   }
   for (Bucket& b : buckets_) {
-    b.flat.resize(b.count * elementSize(b.type));
+    b.flat.resize(b.count * dataTypeSize(b.type));
     b.pending = b.params.size();
   }
   if (weftStreamCreate(&stream_) != weftSuccess) throw std::runtime_error(weftGetLastError(nullptr));
@@ -86,7 +75,7 @@ weftResult_t Reducer::markReady(size_t index, const void* grad) {
   if (from == nullptr && p.count > 0) return weftInvalidArgument;  // nowhere to read the gradient from
   ready_[index] = true;
   Bucket& b = buckets_[bucketOf_[index]];
-  const size_t esize = elementSize(p.type);
+  const size_t esize = dataTypeSize(p.type);
   if (p.count > 0) std::memcpy(b.flat.data() + b.offsets[slotOf_[index]] * esize, from, p.count * esize);
   --b.pending;
   // Buckets start in bucket order on every rank (else ranks would issue their all-reduces in
@@ -108,7 +97,7 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t k = b.params[slot];
       if (!ready_[k]) {
-        const size_t esize = elementSize(params_[k].type);
+        const size_t esize = dataTypeSize(params_[k].type);
         unsigned char* at = b.flat.data() + b.offsets[slot] * esize;
         if (params_[k].grad != nullptr) std::memcpy(at, params_[k].grad, params_[k].count * esize);
         else std::memset(at, 0, params_[k].count * esize);  // no gradient at all: it contributes zero
@@ -122,7 +111,7 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
   if (rc == weftSuccess) rc = startError_;
   startError_ = weftSuccess;
   for (Bucket& b : buckets_) {
-    const size_t esize = elementSize(b.type);
+    const size_t esize = dataTypeSize(b.type);
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t k = b.params[slot];
       void* out = k < gradOut.size() && gradOut[k] != nullptr ? gradOut[k] : params_[k].grad;

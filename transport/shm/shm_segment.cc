@@ -42,7 +42,7 @@ void ShmSegment::release() {
 void ShmSegment::removeName(const std::string& name) { (void)::shm_unlink(name.c_str()); }
 
 void ShmSegment::unlink() {
-  if (linked_) ::shm_unlink(name_.c_str());
+  if (linked_) removeName(name_);
   linked_ = false;
 }
 
