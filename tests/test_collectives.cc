@@ -307,8 +307,29 @@ TEST_CASE("all-reduce through the tree", "[collectives][multiprocess]") {
   }
 }
 
+TEST_CASE("ring reduce-scatter: many more chunks per block than scratch slots", "[collectives][multiprocess]") {
+  // Each partial waits in a scratch slot for its next step; taken step by step, the slots
+  // wrapped around and a later chunk overwrote a partial not yet sent on (wrong sums beyond 8
+  // chunks per block on 3 or more ranks).
+  for (int n : {3, 5}) {
+    DYNAMIC_SECTION(n << " ranks") {
+      ForcedAlgorithm ring("ring");  // 1 KiB chunks: 40 per block
+      auto outcomes = runRanks(n, [](RankContext& ctx) {
+        weftComm_t comm = nullptr;
+        RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        if (comm == nullptr) return 1;
+        for (bool inPlace : {false, true}) checkReduceScatter(Call{ctx, comm, weftFloat32, 10000, inPlace}, weftSum);
+        RANK_WEFT(ctx, weftCommDestroy(comm));
+        return 0;
+      });
+      INFO(describeFailures(outcomes));
+      for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+    }
+  }
+}
+
 TEST_CASE("large messages: every collective with megabytes per rank", "[collectives][multiprocess]") {
-  // Large enough for several default (512 KiB) pipeline chunks and for socket striping.
+  // Large enough for several default (128 or 512 KiB) pipeline chunks and for socket striping.
   for (Which which : {Which::Broadcast, Which::Reduce, Which::AllGather, Which::ReduceScatter, Which::AlltoAll,
                       Which::Gather, Which::Scatter, Which::SendRecv}) {
     DYNAMIC_SECTION("collective " << static_cast<int>(which)) {

@@ -167,6 +167,38 @@ TEST_CASE("planned schedules: the ring algorithms talk only to ring neighbours, 
   }
 }
 
+TEST_CASE("ring all-reduce: each chunk is sent on right after it arrives, not after its whole block", "[schedules]") {
+  // With 32 chunks per block, step-by-step order would put 31 sends between a chunk's arrival
+  // and its sending on; issued by diagonals, at most one diagonal's worth (2(n-1)) come between.
+  const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2};  // 16 floats per chunk
+  for (int n : {2, 3, 4}) {
+    const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(interleaved(1, n, 8)));
+    for (bool recvReduce : {false, true}) {
+      for (int rank = 0; rank < n; ++rank) {
+        CAPTURE(n, recvReduce, rank);
+        const coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = static_cast<size_t>(n) * 32 * 16,
+                                          .elementSize = 4, .recvReduce = recvReduce, .order = &order};
+        const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
+        std::map<size_t, size_t> sendsWhenWritten;  // receive-buffer offset -> sends issued before
+        size_t sends = 0, forwarded = 0;
+        for (const coll::Step& step : s.steps) {
+          if (step.kind == coll::StepKind::Send) {
+            if (step.src.buffer == coll::Buffer::Recv) {
+              REQUIRE(sendsWhenWritten.count(step.src.offset) == 1);
+              CHECK(sends - sendsWhenWritten[step.src.offset] <= static_cast<size_t>(2 * (n - 1)));
+              ++forwarded;
+            }
+            ++sends;
+          } else if (step.dst.buffer == coll::Buffer::Recv) {
+            sendsWhenWritten[step.dst.offset] = sends;
+          }
+        }
+        CHECK(forwarded == static_cast<size_t>(2 * n - 3) * 32);  // every step's but the first
+      }
+    }
+  }
+}
+
 TEST_CASE("schedule cache: one shape with another pipeline gets its own schedule", "[schedules]") {
   const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(interleaved(1, 4, 8)));
   const coll::CollectiveShape shape{.nranks = 4, .rank = 1, .count = 1 << 18, .elementSize = 4, .order = &order};

@@ -40,6 +40,22 @@ class BlockLayout {
   size_t chunkElements_;
 };
 
+// The order a ring's pipelined steps are issued in: step t of chunk c on diagonal t + c, the
+// earliest step first within a diagonal. A rank then passes each chunk on as soon as it has it
+// (while it is still in cache) rather than after its whole block, and the ring is as many steps
+// deep in chunks as it has steps, as NCCL's. A send of step t+1 reads what step t received on
+// the diagonal before, so no send waits in the transport's in-order queue behind a chunk that
+// has not arrived: step 0 of the next chunk comes first.
+template <typename Emit>
+void forEachStepByDiagonal(int steps, size_t chunks, Emit&& emit) {
+  const size_t depth = static_cast<size_t>(std::max(steps, 0));
+  for (size_t diagonal = 0; diagonal + 1 < chunks + depth; ++diagonal) {
+    for (size_t t = 0; t < depth && t <= diagonal; ++t) {
+      if (diagonal - t < chunks) emit(static_cast<int>(t), diagonal - t);
+    }
+  }
+}
+
 // `slots` scratch regions of slotBytes each, handed out round-robin from `base`.
 class ScratchSlots {
  public:

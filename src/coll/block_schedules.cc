@@ -39,23 +39,22 @@ Schedule buildRingAllGather(const CollectiveShape& shape, const PipelineParams& 
   const Blocks blocks(shape, chunkElementsFor(pipeline.chunkBytes, shape.elementSize));
   ScheduleBuilder b(false);
   if (shape.bytes() == 0) return b.finish("ring", 0);
-  // Around the planned ring: at step s, the block of the rank s positions upstream moves on.
+  // Around the planned ring: at step s, the block of the rank s positions upstream moves on,
+  // each chunk as soon as it has arrived (forEachStepByDiagonal).
   const int p = shape.ringPosition(r);
   const int next = shape.ringRank(p + 1), prev = shape.ringRank(p - 1);
-  for (int s = 0; s < n - 1 || (n == 1 && s == 0); ++s) {
+  forEachStepByDiagonal(std::max(n - 1, 1), blocks.layout.chunks(0), [&](int s, size_t c) {
     const int sendBlock = shape.ringRank(p - s), recvBlock = shape.ringRank(p - s - 1);
-    for (size_t c = 0; c < blocks.layout.chunks(0); ++c) {
-      // The first step sends this rank's input straight from the send buffer, and copies it
-      // into place chunk by chunk while the ring drains.
-      if (s == 0 && !shape.inPlace) {
-        if (n > 1) b.send(next, blocks.single(Buffer::Send, c), blocks.chunkBytes(r, c));
-        b.copy(blocks.at(Buffer::Recv, r, c), blocks.single(Buffer::Send, c), blocks.chunkBytes(r, c));
-      } else if (n > 1) {
-        b.send(next, blocks.at(Buffer::Recv, sendBlock, c), blocks.chunkBytes(sendBlock, c));
-      }
-      if (n > 1) b.recv(prev, blocks.at(Buffer::Recv, recvBlock, c), blocks.chunkBytes(recvBlock, c));
+    // The first step sends this rank's input straight from the send buffer, and copies it into
+    // place chunk by chunk while the ring drains.
+    if (s == 0 && !shape.inPlace) {
+      if (n > 1) b.send(next, blocks.single(Buffer::Send, c), blocks.chunkBytes(r, c));
+      b.copy(blocks.at(Buffer::Recv, r, c), blocks.single(Buffer::Send, c), blocks.chunkBytes(r, c));
+    } else if (n > 1) {
+      b.send(next, blocks.at(Buffer::Recv, sendBlock, c), blocks.chunkBytes(sendBlock, c));
     }
-  }
+    if (n > 1) b.recv(prev, blocks.at(Buffer::Recv, recvBlock, c), blocks.chunkBytes(recvBlock, c));
+  });
   return b.finish("ring", 0);
 }
 
@@ -67,34 +66,36 @@ Schedule buildRingReduceScatter(const CollectiveShape& shape, const PipelinePara
   ScheduleBuilder b(false);
   const int p = shape.ringPosition(r);
   const int next = shape.ringRank(p + 1), prev = shape.ringRank(p - 1);
-  ScratchSlots partials(std::min(chunkElements, shape.count) * shape.elementSize, 2 * static_cast<size_t>(pipeline.slots));
+  // A partial lives from its step to the next, one diagonal later, while at most n-2 other
+  // partials are written (forEachStepByDiagonal): with n slots or more none is overwritten
+  // before it is sent on, however many chunks there are.
+  const size_t partialSlots = std::max(2 * static_cast<size_t>(pipeline.slots), static_cast<size_t>(n));
+  ScratchSlots partials(std::min(chunkElements, shape.count) * shape.elementSize, partialSlots);
   ScratchSlots recvSlots(std::min(chunkElements, shape.count) * shape.elementSize, static_cast<size_t>(pipeline.slots),
                          partials.capacity());
   auto input = [&](int block, size_t c) {
     return block == r && shape.inPlace ? blocks.single(Buffer::Recv, c) : blocks.at(Buffer::Send, block, c);
   };
   const size_t chunks = blocks.layout.chunks(0);
-  std::vector<Region> received(chunks);  // last step's partial of each chunk
+  std::vector<Region> received(chunks);  // the last step's partial of each chunk
   // Step s sends the partial of the block of ring position p-s-1 and adds this rank's input to
   // that of p-s-2; the last step completes this rank's own block.
-  for (int s = 0; s < n - 1; ++s) {
+  forEachStepByDiagonal(n - 1, chunks, [&](int s, size_t c) {
     const int sendBlock = shape.ringRank(p - s - 1), recvBlock = shape.ringRank(p - s - 2);
     const bool last = s == n - 2;
-    for (size_t c = 0; c < chunks; ++c) {
-      const size_t elements = blocks.layout.chunkElements(0, c);
-      b.send(next, s == 0 ? input(sendBlock, c) : received[c], elements * shape.elementSize);
-      const Region dst = last ? blocks.single(Buffer::Recv, c) : partials.next();
-      if (shape.recvReduce) {
-        b.recvReduce(prev, dst, input(recvBlock, c), elements, shape.elementSize);
-      } else {
-        const Region slot = recvSlots.next();
-        b.recv(prev, slot, elements * shape.elementSize);
-        b.reduce(dst, input(recvBlock, c), slot, elements, shape.elementSize);
-      }
-      if (last && shape.average) b.divide(dst, elements, shape.elementSize);
-      received[c] = dst;
+    const size_t elements = blocks.layout.chunkElements(0, c);
+    b.send(next, s == 0 ? input(sendBlock, c) : received[c], elements * shape.elementSize);
+    const Region dst = last ? blocks.single(Buffer::Recv, c) : partials.next();
+    if (shape.recvReduce) {
+      b.recvReduce(prev, dst, input(recvBlock, c), elements, shape.elementSize);
+    } else {
+      const Region slot = recvSlots.next();
+      b.recv(prev, slot, elements * shape.elementSize);
+      b.reduce(dst, input(recvBlock, c), slot, elements, shape.elementSize);
     }
-  }
+    if (last && shape.average) b.divide(dst, elements, shape.elementSize);
+    received[c] = dst;
+  });
   return b.finish("ring", std::max(partials.end(), recvSlots.end()));
 }
 

@@ -36,44 +36,37 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
   ScratchSlots slots(std::min(chunkElements, std::max<size_t>(largestBlock, 1)) * esize,
                      static_cast<size_t>(pipeline.slots));
 
-  // Reduce-scatter: after n-1 steps this rank holds the full reduction of block r+1.
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendBlock = block(r - s);
-    const int recvBlock = block(r - s - 1);
-    const BufferId source = s == 0 ? Buffer::Send : Buffer::Recv;
-    const size_t chunks = std::max(layout.chunks(sendBlock), layout.chunks(recvBlock));
-    for (size_t c = 0; c < chunks; ++c) {
-      if (c < layout.chunks(sendBlock)) {
-        b.send(next, at(source, sendBlock, c), layout.chunkElements(sendBlock, c) * esize);
-      }
-      if (c < layout.chunks(recvBlock)) {
-        const size_t elements = layout.chunkElements(recvBlock, c);
-        if (shape.recvReduce) {
-          b.recvReduce(prev, at(Buffer::Recv, recvBlock, c), at(Buffer::Send, recvBlock, c), elements, esize);
-        } else {
-          const Region slot = slots.next();
-          b.recv(prev, slot, elements * esize);
-          b.reduce(at(Buffer::Recv, recvBlock, c), at(Buffer::Send, recvBlock, c), slot, elements, esize);
-        }
-        if (shape.average && s == n - 2) b.divide(at(Buffer::Recv, recvBlock, c), elements, esize);
-      }
+  // 2(n-1) steps: reduce-scatter for t < n-1 (after them this rank holds the full reduction of
+  // block r+1), then all-gather, passing the reduced blocks around the ring. At step t a rank
+  // sends block sendBlock(t) chunk by chunk and receives recvBlock(t), which it sends on at step
+  // t+1 (the next step's sendBlock); chunks go in forEachStepByDiagonal's order.
+  const int steps = 2 * (n - 1);
+  auto sendBlock = [&](int t) { return t < n - 1 ? block(r - t) : block(r + 1 - (t - (n - 1))); };
+  auto recvBlock = [&](int t) { return sendBlock(t + 1); };
+  auto emit = [&](int t, size_t c) {
+    const bool reducing = t < n - 1;
+    const int sending = sendBlock(t);
+    const int receiving = t + 1 < steps ? recvBlock(t) : block(r - (n - 2));
+    if (c < layout.chunks(sending)) {
+      const BufferId source = t == 0 ? Buffer::Send : Buffer::Recv;
+      b.send(next, at(source, sending, c), layout.chunkElements(sending, c) * esize);
     }
-  }
-
-  // All-gather: pass the reduced blocks around the ring.
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendBlock = block(r + 1 - s);
-    const int recvBlock = block(r - s);
-    const size_t chunks = std::max(layout.chunks(sendBlock), layout.chunks(recvBlock));
-    for (size_t c = 0; c < chunks; ++c) {
-      if (c < layout.chunks(sendBlock)) {
-        b.send(next, at(Buffer::Recv, sendBlock, c), layout.chunkElements(sendBlock, c) * esize);
-      }
-      if (c < layout.chunks(recvBlock)) {
-        b.recv(prev, at(Buffer::Recv, recvBlock, c), layout.chunkElements(recvBlock, c) * esize);
-      }
+    if (c >= layout.chunks(receiving)) return;
+    const size_t elements = layout.chunkElements(receiving, c);
+    if (!reducing) {
+      b.recv(prev, at(Buffer::Recv, receiving, c), elements * esize);
+    } else if (shape.recvReduce) {
+      b.recvReduce(prev, at(Buffer::Recv, receiving, c), at(Buffer::Send, receiving, c), elements, esize);
+    } else {
+      const Region slot = slots.next();
+      b.recv(prev, slot, elements * esize);
+      b.reduce(at(Buffer::Recv, receiving, c), at(Buffer::Send, receiving, c), slot, elements, esize);
     }
-  }
+    if (reducing && shape.average && t == n - 2) b.divide(at(Buffer::Recv, receiving, c), elements, esize);
+  };
+  size_t chunks = 0;
+  for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
+  forEachStepByDiagonal(steps, chunks, emit);
   return b.finish("ring", slots.end());
 }
 
