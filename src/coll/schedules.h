@@ -14,6 +14,15 @@ struct PipelineParams {
   int slots = 4;
 };
 
+// The chunk by the slowest link a communicator uses (WEFT_CHUNK_BYTES overrides). Over shared
+// memory a chunk is passed on the moment it has been received, so one that stays in the core's
+// second-level cache until then is sent without a trip to memory: at 128 KiB a 2-rank ring
+// all-reduce of 16 MiB to 256 MiB took a third less time than at 512 KiB, on a 2-core VM with
+// 1 MiB of L2 per core (bench/results/2026-11-25-ring-chunk-order.md). Over sockets every
+// message costs a few microseconds of system calls, and 128 KiB chunks took 1.5x as long.
+constexpr size_t kSharedMemoryChunkBytes = 128 * 1024;
+constexpr size_t kSocketChunkBytes = 512 * 1024;
+
 // --- all-reduce ---
 // Ring reduce-scatter then all-gather, each block cut into chunks that flow through scratch
 // slots, so one chunk is on the wire while another is reduced. With shape.recvReduce, each

@@ -3,7 +3,7 @@
 // class. WEFT_ALGO forces a choice, either for every collective that has the algorithm ("ring")
 // or per collective ("allreduce:rd,broadcast:tree"). Algorithms: ring, tree, rd (recursive
 // doubling), oneshot; alltoall, gather, scatter and send/recv are direct. WEFT_CHUNK_BYTES sets
-// the pipelines' chunk. Memory caps on what the model may pick: WEFT_ONESHOT_MAX_BYTES bounds
+// the pipelines' chunk (by default, by transport: schedules.h). Memory caps on what the model may pick: WEFT_ONESHOT_MAX_BYTES bounds
 // one-shot's (n-1) x message of scratch, WEFT_RD_MAX_BYTES recursive doubling's message, and
 // WEFT_TREE_MAX_BYTES the trees' message. WEFT_TUNE=measure times the links at init.
 #pragma once
@@ -25,6 +25,7 @@ bool hasAlgorithm(Collective collective, Algorithm algorithm);
 struct TuningConfig {
   std::array<std::optional<Algorithm>, kCollectiveCount> forced;  // by Collective
   PipelineParams pipeline;
+  bool chunkBytesSet = false;  // WEFT_CHUNK_BYTES given; otherwise init picks by transport
   size_t recursiveDoublingMaxBytes = 64 * 1024;
   size_t oneShotMaxBytes = 64 * 1024;
   size_t treeMaxBytes = 1 << 20;
