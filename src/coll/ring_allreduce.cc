@@ -38,15 +38,12 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
 
   // 2(n-1) steps: reduce-scatter for t < n-1 (after them this rank holds the full reduction of
   // block r+1), then all-gather, passing the reduced blocks around the ring. At step t a rank
-  // sends block sendBlock(t) chunk by chunk and receives recvBlock(t), which it sends on at step
-  // t+1 (the next step's sendBlock); chunks go in forEachStepByDiagonal's order.
-  const int steps = 2 * (n - 1);
-  auto sendBlock = [&](int t) { return t < n - 1 ? block(r - t) : block(r + 1 - (t - (n - 1))); };
-  auto recvBlock = [&](int t) { return sendBlock(t + 1); };
+  // sends block r-t chunk by chunk and receives block r-t-1, which it sends on at step t+1;
+  // chunks go in forEachStepByDiagonal's order.
   auto emit = [&](int t, size_t c) {
     const bool reducing = t < n - 1;
-    const int sending = sendBlock(t);
-    const int receiving = t + 1 < steps ? recvBlock(t) : block(r - (n - 2));
+    const int sending = block(r - t);
+    const int receiving = block(r - t - 1);
     if (c < layout.chunks(sending)) {
       const BufferId source = t == 0 ? Buffer::Send : Buffer::Recv;
       b.send(next, at(source, sending, c), layout.chunkElements(sending, c) * esize);
@@ -66,7 +63,7 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
   };
   size_t chunks = 0;
   for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
-  forEachStepByDiagonal(steps, chunks, emit);
+  forEachStepByDiagonal(2 * (n - 1), chunks, emit);
   return b.finish("ring", slots.end());
 }
 
