@@ -59,7 +59,7 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
       b.recv(prev, slot, elements * esize);
       b.reduce(at(Buffer::Recv, receiving, c), at(Buffer::Send, receiving, c), slot, elements, esize);
     }
-    if (reducing && shape.average && t == n - 2) b.divide(at(Buffer::Recv, receiving, c), elements, esize);
+    if (shape.average && t == n - 2) b.divide(at(Buffer::Recv, receiving, c), elements, esize);
   };
   size_t chunks = 0;
   for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
