@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -73,6 +74,34 @@ TEST_CASE("all-reduce: every dtype x op through each algorithm, several chunks",
         auto outcomes = runRanks(n, [&](RankContext& ctx) { return allCombinationsBody(ctx, counts); });
         unsetenv("WEFT_ALGO");
         unsetenv("WEFT_CHUNK_BYTES");
+        INFO(describeFailures(outcomes));
+        for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("all-reduce: the ring streaming its output, over shared memory and sockets", "[allreduce][multiprocess]") {
+  // WEFT_STREAMING_MIN_BYTES=1 makes every out-of-place ring call write its output with
+  // streaming stores, as only calls larger than the cache do by default: full sums through
+  // scratch slots (divided there for Avg), the last step received straight into the output.
+  // The suites run this binary with WEFT_TRANSPORT set; the later tests get it back.
+  const char* suiteTransport = std::getenv("WEFT_TRANSPORT");
+  const std::string restore = suiteTransport ? suiteTransport : "";
+  for (const char* transport : {"shm", "socket"}) {
+    for (int n : {2, 3}) {
+      DYNAMIC_SECTION(transport << " on " << n << " ranks") {
+        setenv("WEFT_TRANSPORT", transport, 1);
+        setenv("WEFT_ALGO", "ring", 1);
+        setenv("WEFT_CHUNK_BYTES", "1K", 1);
+        setenv("WEFT_STREAMING_MIN_BYTES", "1", 1);
+        auto outcomes = runRanks(n, [](RankContext& ctx) { return allCombinationsBody(ctx, {1, 3, 1000, 4099}); });
+        for (const char* name : {"WEFT_ALGO", "WEFT_CHUNK_BYTES", "WEFT_STREAMING_MIN_BYTES"}) unsetenv(name);
+        if (suiteTransport) {
+          setenv("WEFT_TRANSPORT", restore.c_str(), 1);
+        } else {
+          unsetenv("WEFT_TRANSPORT");
+        }
         INFO(describeFailures(outcomes));
         for (const auto& o : outcomes) CHECK(o.exitCode == 0);
       }

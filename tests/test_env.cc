@@ -1,9 +1,12 @@
 // Settings from the environment: sizes and integers parse as written or are refused, never
-// read as something else.
+// read as something else; the tuning settings among them.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
+#include <string>
 
+#include "coll/tuner.h"
 #include "util/env.h"
 
 using weft::parseByteSize;
@@ -36,4 +39,23 @@ TEST_CASE("env: integers outside their range or malformed are errors naming the 
   CHECK(weft::envInt("WEFT_TEST_INT", 0, 100).value() == 42);
   unsetenv("WEFT_TEST_INT");
   CHECK_FALSE(weft::envInt("WEFT_TEST_INT", 0, 100).value().has_value());
+}
+
+TEST_CASE("env: the tuning sizes are read, and a bad one is an error naming it", "[unit]") {
+  for (const char* name : {"WEFT_CHUNK_BYTES", "WEFT_RD_MAX_BYTES", "WEFT_ONESHOT_MAX_BYTES", "WEFT_TREE_MAX_BYTES",
+                           "WEFT_STREAMING_MIN_BYTES"}) {
+    for (const char* bad : {"0", "5G", "1KB", "-4"}) {
+      CAPTURE(name, bad);
+      setenv(name, bad, 1);
+      auto config = weft::coll::loadTuningConfig();
+      REQUIRE_FALSE(config.isOk());
+      CHECK(config.status().code() == weftInvalidArgument);
+      CHECK(config.status().message().find(name) != std::string::npos);
+    }
+    unsetenv(name);
+  }
+  setenv("WEFT_STREAMING_MIN_BYTES", "8M", 1);
+  CHECK(weft::coll::loadTuningConfig().value().pipeline.streamingMinBytes == size_t{8} << 20);
+  unsetenv("WEFT_STREAMING_MIN_BYTES");
+  CHECK(weft::coll::loadTuningConfig().value().pipeline.streamingMinBytes == SIZE_MAX);  // init decides
 }

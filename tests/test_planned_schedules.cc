@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -108,11 +109,13 @@ TEST_CASE("planned schedules: with two channels the ring all-reduce runs both ri
     coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = count, .elementSize = 4, .order = &order};
     const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
     // Channel c's neighbours send and receive the c-th half of the buffer, and only that.
+    std::vector<int> nexts;
     for (size_t c = 0; c < 2; ++c) {
       coll::RankOrder ring;
       ring.ring = order.channelRings[c];
       const int position = ring.ringPosition(rank, n);
       const int next = ring.ringRank(position + 1, n), prev = ring.ringRank(position - 1, n);
+      nexts.push_back(next);
       const size_t begin = c * count / 2 * 4, end = (c + 1) * count / 2 * 4;
       size_t sent = 0, received = 0;
       for (const coll::Step& step : s.steps) {
@@ -125,10 +128,19 @@ TEST_CASE("planned schedules: with two channels the ring all-reduce runs both ri
         REQUIRE(at.offset + step.bytes <= end);
         (send ? sent : received) += step.bytes;
       }
-      // 2(n-1)/n of the share each way, the reduce-scatter's receives landing in scratch slots.
-      CHECK(sent == (end - begin) * 2 * (n - 1) / n);
+      // Of the 2(n-1) blocks sent, the first and the all-gather's n-1 go out of the buffers (the
+      // partial sums between, out of scratch slots: below); the reduce-scatter's receives land
+      // in scratch slots.
+      CHECK(sent == end - begin);
       CHECK(received == (end - begin) * (n - 1) / n);
     }
+    size_t sentFromScratch = 0;
+    for (const coll::Step& step : s.steps) {
+      if (step.kind != coll::StepKind::Send || step.src.buffer != coll::Buffer::Scratch) continue;
+      CHECK((step.peer == nexts[0] || step.peer == nexts[1]));
+      sentFromScratch += step.bytes;
+    }
+    CHECK(sentFromScratch == count * 4 * (n - 2) / n);
   }
 }
 
@@ -179,21 +191,64 @@ TEST_CASE("ring all-reduce: each chunk is sent on right after it arrives, not af
         const coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = static_cast<size_t>(n) * 32 * 16,
                                           .elementSize = 4, .recvReduce = recvReduce, .order = &order};
         const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
-        std::map<size_t, size_t> sendsWhenWritten;  // receive-buffer offset -> sends issued before
+        // region written (receive buffer or scratch) -> sends issued before
+        std::map<std::pair<coll::BufferId, size_t>, size_t> sendsWhenWritten;
         size_t sends = 0, forwarded = 0;
         for (const coll::Step& step : s.steps) {
           if (step.kind == coll::StepKind::Send) {
-            if (step.src.buffer == coll::Buffer::Recv) {
-              REQUIRE(sendsWhenWritten.count(step.src.offset) == 1);
-              CHECK(sends - sendsWhenWritten[step.src.offset] <= static_cast<size_t>(2 * (n - 1)));
+            if (step.src.buffer != coll::Buffer::Send) {
+              const std::pair region{step.src.buffer, step.src.offset};
+              REQUIRE(sendsWhenWritten.count(region) == 1);
+              CHECK(sends - sendsWhenWritten[region] <= static_cast<size_t>(2 * (n - 1)));
               ++forwarded;
             }
             ++sends;
-          } else if (step.dst.buffer == coll::Buffer::Recv) {
-            sendsWhenWritten[step.dst.offset] = sends;
+          } else {
+            sendsWhenWritten[{step.dst.buffer, step.dst.offset}] = sends;
           }
         }
         CHECK(forwarded == static_cast<size_t>(2 * n - 3) * 32);  // every step's but the first
+      }
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce: out of place only full sums reach the output, streamed there when the call is large",
+          "[schedules]") {
+  const size_t count = 3 * 40 * 16 + 5;  // many 64-byte chunks per block, blocks of unequal size
+  for (int n : {2, 3, 4}) {
+    const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(interleaved(1, n, 8)));
+    for (bool recvReduce : {false, true}) {
+      for (bool inPlace : {false, true}) {
+        for (size_t streamingMinBytes : {count * 4, count * 4 + 1}) {
+          const bool streams = !inPlace && streamingMinBytes <= count * 4;
+          const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2, .streamingMinBytes = streamingMinBytes};
+          for (int rank = 0; rank < n; ++rank) {
+            CAPTURE(n, recvReduce, inPlace, streamingMinBytes, rank);
+            const coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = count, .elementSize = 4,
+                                              .inPlace = inPlace, .recvReduce = recvReduce, .order = &order};
+            const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
+            std::set<size_t> sentOn;  // output offsets that a send reads
+            for (const coll::Step& step : s.steps) {
+              if (step.kind == coll::StepKind::Send && step.src.buffer == coll::Buffer::Recv) sentOn.insert(step.src.offset);
+            }
+            // Out of place, partial sums stay in scratch: the output is written once. Streaming
+            // stores write it exactly where nothing reads it again (the all-gather's forwards
+            // read it from cache).
+            size_t outputBytes = 0;
+            for (const coll::Step& step : s.steps) {
+              if (step.kind == coll::StepKind::Send || step.dst.buffer != coll::Buffer::Recv) {
+                CHECK(!step.streaming);
+                continue;
+              }
+              CAPTURE(step.dst.offset);
+              CHECK(step.streaming == (streams && sentOn.count(step.dst.offset) == 0));
+              outputBytes += step.kind == coll::StepKind::Recv || step.kind == coll::StepKind::Copy ? step.bytes
+                                                                                                     : step.elements * 4;
+            }
+            if (!inPlace) CHECK(outputBytes == count * 4);
+          }
+        }
       }
     }
   }
@@ -207,9 +262,10 @@ TEST_CASE("schedule cache: one shape with another pipeline gets its own schedule
   const auto fine = cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 16 * 1024, .slots = 4});
   CHECK(fine->steps.size() > coarse->steps.size());
   CHECK(cache.get(shape, coll::Algorithm::Ring, {.chunkBytes = 256 * 1024, .slots = 4}) == coarse);
-  // A small ring all-reduce reserves slots of its blocks' size, not of the pipeline's chunk.
+  // A small ring all-reduce reserves slots of its blocks' size, not of the pipeline's chunk: 4
+  // to receive into and at most 2 x 4 for partial sums, of a 64-byte line each.
   const coll::CollectiveShape small{.nranks = 4, .rank = 1, .count = 16, .elementSize = 4, .order = &order};
-  CHECK(cache.get(small, coll::Algorithm::Ring, {.chunkBytes = 512 * 1024, .slots = 4})->scratchBytes <= 4 * 64);
+  CHECK(cache.get(small, coll::Algorithm::Ring, {.chunkBytes = 512 * 1024, .slots = 4})->scratchBytes <= 12 * 64);
 }
 
 TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks per CPU", "[planner][tuner]") {

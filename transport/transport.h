@@ -45,6 +45,11 @@ class Connection {
   // The buffer must stay valid and untouched until the request completes.
   virtual Status postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) = 0;
   virtual Status postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) = 0;
+  // A receive into a large call's final output, which nothing reads again soon: the transport
+  // may write it around the caches (copy_streaming.h). A plain receive otherwise.
+  virtual Status postRecvStreaming(void* data, size_t bytes, MessageTag tag, RequestId* id) {
+    return postRecv(data, bytes, tag, id);
+  }
 
   // A receive that lands as dst = local op incoming, reduced straight out of the transport's
   // staging memory instead of being copied out first. Counts as a receive (same ordering and

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/copy_streaming.h"
 #include "kernels/cpu/reduce.h"
 
 namespace weft::coll {
@@ -124,7 +125,11 @@ class Run {
         kernels::reduce(address(step.dst), address(step.src), address(step.src2), step.elements, spec.type, spec.op);
         break;
       case StepKind::Copy:
-        std::memcpy(address(step.dst), address(step.src), step.bytes);
+        if (step.streaming) {
+          kernels::copyStreaming(address(step.dst), address(step.src), step.bytes);
+        } else {
+          std::memcpy(address(step.dst), address(step.src), step.bytes);
+        }
         break;
       case StepKind::Divide:
         kernels::divide(address(step.dst), address(step.dst), step.elements, spec.type,
@@ -174,6 +179,8 @@ class Run {
       if (st.kind == StepKind::RecvReduce) {
         WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes, reduce_[st.operation],
                                                  tags_[st.operation], &id));
+      } else if (st.streaming) {
+        WEFT_TRY(peer.connection->postRecvStreaming(address(st.dst), st.bytes, tags_[st.operation], &id));
       } else {
         WEFT_TRY(peer.connection->postRecv(address(st.dst), st.bytes, tags_[st.operation], &id));
       }

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <vector>
 
 #include "coll/block_layout.h"
 #include "coll/schedule_merge.h"
@@ -33,38 +34,57 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
   // A slot holds one chunk, and no chunk is longer than a block (ceil(count / n) elements): a
   // small call must not reserve a whole pipeline chunk per slot.
   const size_t largestBlock = (shape.count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n);
-  ScratchSlots slots(std::min(chunkElements, std::max<size_t>(largestBlock, 1)) * esize,
-                     static_cast<size_t>(pipeline.slots));
+  const size_t slotBytes = std::min(chunkElements, std::max<size_t>(largestBlock, 1)) * esize;
+  // In place, a partial sum overwrites the input it was summed from, whose lines are in cache
+  // already. Out of place it goes to scratch rather than to the output, which a partial would
+  // first have to read in (and the all-gather overwrites): there it lives from its step to the
+  // next, one diagonal later, while at most n-2 others are written, so with n slots or more
+  // none is overwritten before it is sent on. (Over connections that reduce on receipt nothing
+  // is received into scratch first.)
+  ScratchSlots slots(slotBytes, static_cast<size_t>(pipeline.slots));
+  ScratchSlots partials(slotBytes, std::max(2 * static_cast<size_t>(pipeline.slots), static_cast<size_t>(n)),
+                        shape.recvReduce ? 0 : slots.capacity());
+  // A large call out of place streams its output (schedules.h): the full sums go to scratch, on
+  // to the next rank from there, and into the output with streaming stores, as do the chunks
+  // the all-gather's last step receives.
+  const bool stream = !shape.inPlace && shape.bytes() >= pipeline.streamingMinBytes;
+  size_t chunks = 0;
+  for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
+  std::vector<Region> received(chunks);  // where each chunk received on the last step is
 
   // 2(n-1) steps: reduce-scatter for t < n-1 (after them this rank holds the full reduction of
   // block r+1), then all-gather, passing the reduced blocks around the ring. At step t a rank
   // sends block r-t chunk by chunk and receives block r-t-1, which it sends on at step t+1;
   // chunks go in forEachStepByDiagonal's order.
   auto emit = [&](int t, size_t c) {
-    const bool reducing = t < n - 1;
     const int sending = block(r - t);
     const int receiving = block(r - t - 1);
     if (c < layout.chunks(sending)) {
-      const BufferId source = t == 0 ? Buffer::Send : Buffer::Recv;
-      b.send(next, at(source, sending, c), layout.chunkElements(sending, c) * esize);
+      b.send(next, t == 0 ? at(Buffer::Send, sending, c) : received[c], layout.chunkElements(sending, c) * esize);
     }
     if (c >= layout.chunks(receiving)) return;
     const size_t elements = layout.chunkElements(receiving, c);
-    if (!reducing) {
-      b.recv(prev, at(Buffer::Recv, receiving, c), elements * esize);
-    } else if (shape.recvReduce) {
-      b.recvReduce(prev, at(Buffer::Recv, receiving, c), at(Buffer::Send, receiving, c), elements, esize);
+    const Region output = at(Buffer::Recv, receiving, c);
+    if (t >= n - 1) {
+      b.recv(prev, output, elements * esize, stream && t == 2 * n - 3);
+      received[c] = output;
+      return;
+    }
+    const bool full = t == n - 2;
+    const Region sum = full ? (stream ? partials.next() : output) : (shape.inPlace ? output : partials.next());
+    if (shape.recvReduce) {
+      b.recvReduce(prev, sum, at(Buffer::Send, receiving, c), elements, esize);
     } else {
       const Region slot = slots.next();
       b.recv(prev, slot, elements * esize);
-      b.reduce(at(Buffer::Recv, receiving, c), at(Buffer::Send, receiving, c), slot, elements, esize);
+      b.reduce(sum, at(Buffer::Send, receiving, c), slot, elements, esize);
     }
-    if (shape.average && t == n - 2) b.divide(at(Buffer::Recv, receiving, c), elements, esize);
+    if (full && shape.average) b.divide(sum, elements, esize);
+    if (full && stream) b.copy(output, sum, elements * esize, true);
+    received[c] = sum;
   };
-  size_t chunks = 0;
-  for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
   forEachStepByDiagonal(2 * (n - 1), chunks, emit);
-  return b.finish("ring", slots.end());
+  return b.finish("ring", std::max(partials.end(), slots.end()));
 }
 
 }  // namespace

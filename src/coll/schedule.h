@@ -47,6 +47,7 @@ struct Step {
   Region src2{Buffer::Scratch, 0};
   size_t bytes = 0;     // Send, Recv, Copy
   size_t elements = 0;  // Reduce, Divide
+  bool streaming = false;  // Recv, Copy: dst written around the caches (copy_streaming.h)
   // Dependencies: this step may start when `dependencyCount` earlier steps have finished;
   // when it finishes it releases the steps listed in successors[firstSuccessor, +successorCount).
   uint32_t dependencyCount = 0;

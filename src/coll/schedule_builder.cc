@@ -77,8 +77,8 @@ uint32_t ScheduleBuilder::send(int peer, Region src, size_t bytes) {
   return id;
 }
 
-uint32_t ScheduleBuilder::recv(int peer, Region dst, size_t bytes) {
-  uint32_t id = add({.kind = StepKind::Recv, .peer = peer, .dst = dst, .bytes = bytes});
+uint32_t ScheduleBuilder::recv(int peer, Region dst, size_t bytes, bool streaming) {
+  uint32_t id = add({.kind = StepKind::Recv, .peer = peer, .dst = dst, .bytes = bytes, .streaming = streaming});
   write(id, dst, bytes);
   peerOrder(recvOrder_, peer).push_back(id);
   return id;
@@ -103,8 +103,8 @@ uint32_t ScheduleBuilder::reduce(Region dst, Region a, Region b, size_t elements
   return id;
 }
 
-uint32_t ScheduleBuilder::copy(Region dst, Region src, size_t bytes) {
-  uint32_t id = add({.kind = StepKind::Copy, .dst = dst, .src = src, .bytes = bytes});
+uint32_t ScheduleBuilder::copy(Region dst, Region src, size_t bytes, bool streaming) {
+  uint32_t id = add({.kind = StepKind::Copy, .dst = dst, .src = src, .bytes = bytes, .streaming = streaming});
   read(id, src, bytes);
   write(id, dst, bytes);
   return id;

@@ -15,10 +15,11 @@ class ScheduleBuilder {
   explicit ScheduleBuilder(bool inPlace) : inPlace_(inPlace) {}
 
   uint32_t send(int peer, Region src, size_t bytes);
-  uint32_t recv(int peer, Region dst, size_t bytes);
+  // streaming: dst is a large call's final output, which nothing reads again soon.
+  uint32_t recv(int peer, Region dst, size_t bytes, bool streaming = false);
   uint32_t recvReduce(int peer, Region dst, Region local, size_t elements, size_t elementSize);
   uint32_t reduce(Region dst, Region a, Region b, size_t elements, size_t elementSize);
-  uint32_t copy(Region dst, Region src, size_t bytes);
+  uint32_t copy(Region dst, Region src, size_t bytes, bool streaming = false);
   uint32_t divide(Region dst, size_t elements, size_t elementSize);
 
   Schedule finish(const char* algorithm, size_t scratchBytes);

@@ -5,7 +5,8 @@
 namespace weft::coll {
 
 std::shared_ptr<const Schedule> ScheduleCache::get(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline) {
-  Key key = std::tuple_cat(std::tuple<int, size_t, int>(static_cast<int>(algorithm), pipeline.chunkBytes, pipeline.slots),
+  Key key = std::tuple_cat(std::tuple<int, size_t, int, size_t>(static_cast<int>(algorithm), pipeline.chunkBytes,
+                                                                 pipeline.slots, pipeline.streamingMinBytes),
                            shape.key());
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;

@@ -15,7 +15,7 @@ class ScheduleCache {
   std::shared_ptr<const Schedule> get(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline);
 
  private:
-  using Key = decltype(std::tuple_cat(std::tuple<int, size_t, int>(), CollectiveShape{}.key()));
+  using Key = decltype(std::tuple_cat(std::tuple<int, size_t, int, size_t>(), CollectiveShape{}.key()));
   static constexpr size_t kMaxEntries = 64;
   std::map<Key, std::shared_ptr<const Schedule>> schedules_;
 };

@@ -2,6 +2,8 @@
 // (shape.rank) over its send, receive and scratch buffers; see schedule.h.
 #pragma once
 
+#include <cstdint>
+
 #include "coll/collective.h"
 #include "coll/schedule.h"
 
@@ -12,6 +14,12 @@ namespace weft::coll {
 struct PipelineParams {
   size_t chunkBytes = 512 * 1024;
   int slots = 4;
+  // A call of at least this many bytes, out of place, writes its final output around the
+  // caches (copy_streaming.h): its input and output together fill the rank's share of the
+  // cache, so the output cannot stay there, and streaming stores skip reading each output line
+  // in first. WEFT_STREAMING_MIN_BYTES, else (left at SIZE_MAX) half the rank's share of its
+  // host's last-level cache, set at init. Only local steps depend on it: ranks need not agree.
+  size_t streamingMinBytes = SIZE_MAX;
 };
 
 // The chunk by the slowest link a communicator uses (WEFT_CHUNK_BYTES overrides). Over shared

@@ -130,7 +130,8 @@ Result<TuningConfig> loadTuningConfig() {
   for (auto [name, target] : {std::pair{"WEFT_CHUNK_BYTES", &config.pipeline.chunkBytes},
                               std::pair{"WEFT_RD_MAX_BYTES", &config.recursiveDoublingMaxBytes},
                               std::pair{"WEFT_ONESHOT_MAX_BYTES", &config.oneShotMaxBytes},
-                              std::pair{"WEFT_TREE_MAX_BYTES", &config.treeMaxBytes}}) {
+                              std::pair{"WEFT_TREE_MAX_BYTES", &config.treeMaxBytes},
+                              std::pair{"WEFT_STREAMING_MIN_BYTES", &config.pipeline.streamingMinBytes}}) {
     if (auto text = envString(name)) {
       auto bytes = parseByteSize(*text);
       if (!bytes || *bytes == 0 || *bytes > (1ull << 32)) {

@@ -144,6 +144,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   communicator->layout_ =
       coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements), plan::cacheBytesPerRank(placements));
   communicator->layout_.arenaBytes = arena ? coll::kArenaMaxBytes : 0;
+  if (tuning.pipeline.streamingMinBytes == SIZE_MAX && communicator->layout_.cacheBytesPerRank > 0) {
+    communicator->tuning_.pipeline.streamingMinBytes = communicator->layout_.cacheBytesPerRank / 2;
+  }
   communicator->deviceIpcEverywhere_ = std::all_of(
       plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
       [](plan::DeviceTransport d) { return d != plan::DeviceTransport::Staged; });

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kernels/cpu/copy_streaming.h"
 #include "kernels/cpu/reduce.h"
 
 namespace weft::transport {
@@ -26,6 +27,14 @@ Status ShmConnection::postSend(const void* data, size_t bytes, MessageTag tag, R
 
 Status ShmConnection::postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) {
   recvs_.push_back(PendingRecv{static_cast<char*>(data), bytes, tag});
+  *id = recvsPosted_++;
+  return Status::ok();
+}
+
+Status ShmConnection::postRecvStreaming(void* data, size_t bytes, MessageTag tag, RequestId* id) {
+  PendingRecv recv{static_cast<char*>(data), bytes, tag};
+  recv.streaming = true;
+  recvs_.push_back(recv);
   *id = recvsPosted_++;
   return Status::ok();
 }
@@ -170,7 +179,9 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   const size_t left = r.bytes - r.received;
   const bool whole = r.local == nullptr || h.pieceBytes % r.spec.elementSize == 0;
   if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left && whole) {
-    if (r.local == nullptr) {
+    if (r.local == nullptr && r.streaming) {
+      kernels::copyStreaming(r.data + r.received, p_.in.payload(index), h.pieceBytes);
+    } else if (r.local == nullptr) {
       std::memcpy(r.data + r.received, p_.in.payload(index), h.pieceBytes);
     } else {  // reduce straight out of the slot: no copy out of shared memory first
       kernels::reduce(r.data + r.received, r.local + r.received, p_.in.payload(index),

@@ -34,6 +34,7 @@ class ShmConnection final : public Connection {
 
   Status postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) override;
   Status postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) override;
+  Status postRecvStreaming(void* data, size_t bytes, MessageTag tag, RequestId* id) override;
   bool supportsRecvReduce() const override { return true; }
   Status postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec, MessageTag tag,
                         RequestId* id) override;
@@ -64,6 +65,7 @@ class ShmConnection final : public Connection {
     size_t received = 0;
     bool started = false;
     const char* local = nullptr;  // set: data = local op incoming (postRecvReduce)
+    bool streaming = false;       // postRecvStreaming
     ReduceSpec spec{};
   };
 
