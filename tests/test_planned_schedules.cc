@@ -141,6 +141,15 @@ TEST_CASE("planned schedules: with two channels the ring all-reduce runs both ri
       sentFromScratch += step.bytes;
     }
     CHECK(sentFromScratch == count * 4 * (n - 2) / n);
+    // Streaming the output is decided for the whole call, not for each channel's share.
+    coll::PipelineParams streaming = pipeline;
+    streaming.streamingMinBytes = count * 4;
+    size_t streamed[2] = {0, 0};  // by half of the output
+    for (const coll::Step& step : coll::buildSchedule(shape, coll::Algorithm::Ring, streaming).steps) {
+      if (step.streaming) streamed[step.dst.offset >= count * 2] += step.bytes;
+    }
+    CHECK(streamed[0] > 0);
+    CHECK(streamed[1] > 0);
   }
 }
 

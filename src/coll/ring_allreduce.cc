@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "coll/block_layout.h"
@@ -102,6 +103,9 @@ Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& 
   const size_t n = static_cast<size_t>(shape.nranks);
   if (channels < 2 || n < 2 || shape.bytes() < channels * n * kMinChannelBlockBytes) return buildOneRing(shape, pipeline);
   const size_t line = std::max<size_t>(1, 64 / shape.elementSize);
+  // Whether to stream the output is the whole call's affair, not each share's.
+  PipelineParams shares = pipeline;
+  shares.streamingMinBytes = shape.bytes() >= pipeline.streamingMinBytes ? 0 : SIZE_MAX;
   std::vector<RankOrder> orders(channels, shape.rankOrder());
   std::vector<Schedule> parts;
   std::vector<size_t> offsets;
@@ -113,7 +117,7 @@ Schedule buildRingAllReduce(const CollectiveShape& shape, const PipelineParams& 
     CollectiveShape part = shape;
     part.order = &orders[c];
     part.count = end - begin;
-    parts.push_back(buildOneRing(part, pipeline));
+    parts.push_back(buildOneRing(part, shares));
     offsets.push_back(begin * shape.elementSize);
   }
   Schedule out = concatenateParts(parts, offsets);
