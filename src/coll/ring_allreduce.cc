@@ -72,7 +72,8 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
       return;
     }
     const bool full = t == n - 2;
-    const Region sum = full ? (stream ? partials.next() : output) : (shape.inPlace ? output : partials.next());
+    const bool intoOutput = full ? !stream : shape.inPlace;
+    const Region sum = intoOutput ? output : partials.next();
     if (shape.recvReduce) {
       b.recvReduce(prev, sum, at(Buffer::Send, receiving, c), elements, esize);
     } else {

@@ -25,18 +25,20 @@ Status ShmConnection::postSend(const void* data, size_t bytes, MessageTag tag, R
   return Status::ok();
 }
 
-Status ShmConnection::postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) {
-  recvs_.push_back(PendingRecv{static_cast<char*>(data), bytes, tag});
+Status ShmConnection::queueRecv(const PendingRecv& recv, RequestId* id) {
+  recvs_.push_back(recv);
   *id = recvsPosted_++;
   return Status::ok();
+}
+
+Status ShmConnection::postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) {
+  return queueRecv(PendingRecv{static_cast<char*>(data), bytes, tag}, id);
 }
 
 Status ShmConnection::postRecvStreaming(void* data, size_t bytes, MessageTag tag, RequestId* id) {
   PendingRecv recv{static_cast<char*>(data), bytes, tag};
   recv.streaming = true;
-  recvs_.push_back(recv);
-  *id = recvsPosted_++;
-  return Status::ok();
+  return queueRecv(recv, id);
 }
 
 Status ShmConnection::postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec,
@@ -44,9 +46,7 @@ Status ShmConnection::postRecvReduce(void* dst, const void* local, size_t bytes,
   PendingRecv recv{static_cast<char*>(dst), bytes, tag};
   recv.local = static_cast<const char*>(local);
   recv.spec = spec;
-  recvs_.push_back(recv);
-  *id = recvsPosted_++;
-  return Status::ok();
+  return queueRecv(recv, id);
 }
 
 Status ShmConnection::peerGone() const {

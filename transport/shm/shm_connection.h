@@ -69,6 +69,7 @@ class ShmConnection final : public Connection {
     ReduceSpec spec{};
   };
 
+  Status queueRecv(const PendingRecv& recv, RequestId* id);
   Status progressSends(bool* progressed);
   Status progressRecvs(bool* progressed);
   Status consumeSlot(PendingRecv& recv, uint64_t index);
