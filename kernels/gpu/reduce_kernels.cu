@@ -122,7 +122,8 @@ struct KernelParams {
   bool listed;
   size_t stride;
   int nInputs;
-  void* out;
+  void* outputs[kMaxListedInputs];
+  int nOutputs;
   size_t count;
   size_t packs;  // leading elements reduced as 16-byte packs (in packs); 0 when unaligned
   uint64_t divisor;
@@ -156,7 +157,7 @@ __global__ void reduceKernel(KernelParams p) {
   const S scalar = sharedScalar;
   const S* in = static_cast<const S*>(p.inputs[0]);
   auto input = [&](int j) { return p.listed ? static_cast<const S*>(p.inputs[j]) : in + j * p.stride; };
-  S* out = static_cast<S*>(p.out);
+  auto output = [&](int k) { return static_cast<S*>(p.outputs[k]); };
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
 
@@ -186,7 +187,10 @@ __global__ void reduceKernel(KernelParams p) {
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int e = 0; e < kPack; ++e) pack[u].e[e] = E::finish(acc[u][e], p.divisor);
-      reinterpret_cast<uint4*>(out)[v + u * step] = pack[u].raw;
+    }
+    for (int k = 0; k < p.nOutputs; ++k) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) reinterpret_cast<uint4*>(output(k))[v + u * step] = pack[u].raw;
     }
   }
   for (; v < p.packs; v += step) {
@@ -202,12 +206,13 @@ __global__ void reduceKernel(KernelParams p) {
     }
 #pragma unroll
     for (int e = 0; e < kPack; ++e) pack.e[e] = E::finish(acc[e], p.divisor);
-    reinterpret_cast<uint4*>(out)[v] = pack.raw;
+    for (int k = 0; k < p.nOutputs; ++k) reinterpret_cast<uint4*>(output(k))[v] = pack.raw;
   }
   for (size_t i = p.packs * kPack + first; i < p.count; i += step) {
     A acc = E::pre(in[i], scaled, scalar);
     for (int j = 1; j < p.nInputs; ++j) acc = Op::apply(acc, E::pre(input(j)[i], scaled, scalar));
-    out[i] = E::finish(acc, p.divisor);
+    const S result = E::finish(acc, p.divisor);
+    for (int k = 0; k < p.nOutputs; ++k) output(k)[i] = result;
   }
 }
 
@@ -258,6 +263,7 @@ gpuError_t launchForOp(const KernelParams& params, weftRedOp_t op, gpuStream_t s
 gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
   if (args.count == 0) return gpuSuccess;
   if (args.nInputs < 1 || (args.listed && args.nInputs > kMaxListedInputs)) return gpuErrorInvalidValue;
+  if (args.nOutputs < 1 || args.nOutputs > kMaxListedInputs) return gpuErrorInvalidValue;
   const size_t size = dataTypeSize(args.type);
   if (size == 0) return gpuErrorInvalidValue;
   KernelParams p{};
@@ -269,12 +275,16 @@ gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
   }
   p.stride = args.inputStride;
   p.nInputs = args.nInputs;
-  p.out = args.out;
+  p.nOutputs = args.nOutputs;
+  bool aligned = true;
+  for (int k = 0; k < args.nOutputs; ++k) {
+    p.outputs[k] = args.nOutputs == 1 ? args.out : args.outputList[k];
+    aligned = aligned && reinterpret_cast<uintptr_t>(p.outputs[k]) % 16 == 0;
+  }
   p.count = args.count;
   p.divisor = args.op == weftAvg ? args.divisor : 1;
   p.scalar = args.scalar;
   p.skipIf = args.skipIf;
-  bool aligned = reinterpret_cast<uintptr_t>(args.out) % 16 == 0;
   if (args.listed) {
     for (int j = 0; j < args.nInputs; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(args.inputList[j]) % 16 == 0;
   } else {

@@ -16,6 +16,9 @@ namespace weft::kernels::gpu {
 // once, to nearest even (a scaled input is rounded before it is summed, as on the CPU); integers
 // wrap; float Max and Min return NaN if any input is NaN. `inputs` and `out` may be device memory
 // or mapped pinned host memory (read and written over the bus); out may alias inputs' first row.
+// With several outputs, each gets the result (an all-reduce writing every rank's recvbuff at
+// once); each element is read from every input before it is written anywhere, so an output may
+// alias the same element of any input.
 constexpr int kMaxListedInputs = 16;
 
 struct ReduceArgs {
@@ -26,6 +29,9 @@ struct ReduceArgs {
   bool listed = false;
   const void* inputList[kMaxListedInputs] = {};
   void* out = nullptr;
+  // Or nOutputs (<= kMaxListedInputs) outputs, each receiving the result (out is unused then).
+  int nOutputs = 1;
+  void* outputList[kMaxListedInputs] = {};
   size_t count = 0;
   weftDataType_t type = weftFloat32;
   weftRedOp_t op = weftSum;  // Sum, Prod, Max or Min (Avg is Sum with divisor = rank count)
@@ -38,7 +44,7 @@ struct ReduceArgs {
 
 // Launches the reduction on `stream` with a grid sized from the current device's properties.
 // Returns the runtime's launch error (gpuSuccess when queued), or gpuErrorInvalidValue for an
-// invalid type, op or input count. With one input and no scaling it is a copy.
+// invalid type, op, input or output count. With one input and no scaling it is a copy.
 gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream);
 
 }  // namespace weft::kernels::gpu
