@@ -1,10 +1,9 @@
 #include "gpu/staging_pool.h"
 
-#include <algorithm>
-#include <bit>
 #include <chrono>
 
 #include "gpu/device_memory.h"
+#include "gpu/staging_sizes.h"
 #include "util/log.h"
 
 namespace weft::gpu {
@@ -22,7 +21,7 @@ Result<PinnedBuffer> StagingPool::acquireBuffer(size_t bytes) {
     // The smallest free buffer that fits, unless it is far larger than needed.
     auto best = freeBuffers_.end();
     for (auto it = freeBuffers_.begin(); it != freeBuffers_.end(); ++it) {
-      if (it->bytes >= bytes && it->bytes / 4 <= bytes && (best == freeBuffers_.end() || it->bytes < best->bytes)) {
+      if (stagingReusable(it->bytes, bytes) && (best == freeBuffers_.end() || it->bytes < best->bytes)) {
         best = it;
       }
     }
@@ -33,7 +32,7 @@ Result<PinnedBuffer> StagingPool::acquireBuffer(size_t bytes) {
     }
   }
   PinnedBuffer buffer;
-  buffer.bytes = std::max<size_t>(std::bit_ceil(std::max<size_t>(bytes, 1)), 4096);
+  buffer.bytes = stagingBytesFor(bytes);
   gpuError_t err = gpuHostAlloc(&buffer.host, buffer.bytes, gpuHostAllocMapped | gpuHostAllocPortable);
   if (err != gpuSuccess) {
     (void)gpuGetLastError();
