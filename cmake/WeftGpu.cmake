@@ -84,7 +84,9 @@ endif()
 set(WEFT_GPU_BACKEND_BUILT "${WEFT_GPU_BACKEND}" CACHE INTERNAL "The GPU path this tree builds (for .ci/run)")
 if(WEFT_GPU_BACKEND)
   target_sources(weft_objects PRIVATE src/gpu/staging_pool.cc src/gpu/stream_wait.cc src/api/device_operation.cc
-                                      src/api/device_ipc_allreduce.cc transport/cuda_ipc/ipc_buffers.cc)
+                                      src/api/device_ipc_allreduce.cc src/api/device_ipc_direct.cc
+                                      src/api/device_ipc_sync.cc src/gpu/device_allocation.cc
+                                      transport/cuda_ipc/ipc_buffers.cc transport/cuda_ipc/ipc_user_buffers.cc)
   target_compile_definitions(weft_objects PUBLIC ${WEFT_GPU_DEFINITIONS})
   if(WEFT_GPU_BACKEND STREQUAL "CUDA")
     target_include_directories(weft_objects SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})

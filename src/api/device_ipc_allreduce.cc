@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "api/device_ipc_direct.h"
+#include "api/device_ipc_sync.h"
 #include "api/device_operation.h"
 #include "gpu/stream_wait.h"
 #include "kernels/cpu/reduce.h"
@@ -21,12 +23,6 @@ using transport::cuda_ipc::kHandleBytes;
 namespace {
 
 constexpr int64_t kDefaultBufferBytes = int64_t{256} << 20;
-constexpr size_t kSignalStride = 128;  // a counter per cache line
-
-uint32_t* signalOf(const DeviceIpc& ipc, int owner, int from) {
-  return reinterpret_cast<uint32_t*>(ipc.signals->of(owner) + static_cast<size_t>(from) * kSignalStride);
-}
-
 size_t alignUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
 // What each rank tells the others at set-up: the two buffers' handles and the signals'.
@@ -35,10 +31,12 @@ struct SetUpRecord {
   unsigned char ok = 0;
   unsigned char deviceBarriers = 0;
   unsigned char handles[3][kHandleBytes] = {};
+  DirectSetUp direct;
 };
 
 // Allocates and exports this rank's buffers, swaps handles with every rank, maps the peers'
-// buffers, and agrees with every rank on whether all of that worked everywhere.
+// buffers, and agrees with every rank on whether all of that worked everywhere; likewise for
+// the direct path's arena.
 Status setUp(CommState& state) {
   auto ipc = std::make_shared<DeviceIpc>();
   state.ipc = ipc;  // unusable until the end: a failure is not tried again
@@ -85,8 +83,12 @@ Status setUp(CommState& state) {
     }
   }
 
+  if (able && mine.deviceBarriers == 1) mine.direct = prepareDirect(state, *ipc);
+
   const auto n = static_cast<size_t>(state.nranks);
   std::vector<SetUpRecord> all(n);
+  std::vector<DirectSetUp> directs(n);
+  uint8_t opened[3] = {0, 0, 0};  // the buffers, the signals, the direct path's arenas
   Status status = state.engine.runBlocking([&]() -> Status {
     core::Communicator* c = state.communicator.get();
     if (c == nullptr) return Status(weftInvalidUsage, "the communicator was destroyed");
@@ -94,12 +96,12 @@ Status setUp(CommState& state) {
     WEFT_TRY(c->run(core::CollectiveCall{Collective::AllGather, &mine, all.data(), sizeof mine, weftUint8}));
     bool everyone = true, deviceBarriers = true;
     ipc->bytes = bufferBytes;
+    for (size_t r = 0; r < n; ++r) directs[r] = all[r].direct;
     for (const SetUpRecord& r : all) {
       everyone = everyone && r.ok == 1;
       deviceBarriers = deviceBarriers && r.deviceBarriers == 1;
       ipc->bytes = std::min<size_t>(ipc->bytes, r.bufferBytes);
     }
-    uint8_t opened[2] = {0, 0};  // the buffers, the signals
     auto open = [&](IpcBuffers& buffers, int k) {
       std::vector<IpcHandle> handles(n);
       for (size_t r = 0; r < n; ++r) std::memcpy(handles[r].data(), all[r].handles[k], kHandleBytes);
@@ -110,92 +112,28 @@ Status setUp(CommState& state) {
     if (everyone) {
       opened[0] = open(*ipc->buffers[0], 0) && open(*ipc->buffers[1], 1) ? 1 : 0;
       opened[1] = opened[0] == 1 && deviceBarriers && open(*ipc->signals, 2) ? 1 : 0;
+      opened[2] = opened[1] == 1 && attachDirect(*ipc, state.rank, directs) ? 1 : 0;
     }
     // Usable only if every rank mapped every buffer (a byte-wise min over ranks).
-    core::CollectiveCall agree{Collective::AllReduce, opened, opened, 2, weftUint8};
+    core::CollectiveCall agree{Collective::AllReduce, opened, opened, 3, weftUint8};
     agree.op = weftMin;
     WEFT_TRY(c->run(agree));
     ipc->usable = opened[0] == 1;
     if (opened[1] == 0) ipc->signals.reset();
     return Status::ok();
   });
+  finishDirect(*ipc, state.rank, directs, status.isOk() && opened[2] == 1);
   if (!ipc->usable) {
     ScopedDevice onDevice(state.device);
     ipc->buffers[0].reset();
     ipc->buffers[1].reset();
     ipc->signals.reset();
   }
-  WEFT_INFO("CUDA IPC all-reduce %s%s", ipc->usable ? "on" : "off",
-            !ipc->usable ? "" : ipc->signals ? ", barriers on the device" : ", barriers through the host");
+  WEFT_INFO("CUDA IPC all-reduce %s%s%s", ipc->usable ? "on" : "off",
+            !ipc->usable ? "" : ipc->signals ? ", barriers on the device" : ", barriers through the host",
+            ipc->userBuffers ? formatString(", in place from %zu bytes", ipc->directMinBytes).c_str() : "");
   return status.withContext("setting up CUDA IPC");
 }
-
-// Queues a barrier on the device: the stream signals every peer, then waits for every peer's
-// signal. Counters only grow, so a peer already past this barrier satisfies it too.
-Status queueDeviceBarrier(DeviceIpc& ipc, int rank, int n, gpuStream_t stream) {
-  const uint32_t number = ++ipc.barriers;
-  for (int q = 0; q < n; ++q) {
-    if (q == rank) continue;
-    WEFT_TRY(checkRuntime(gpu::streamWriteValue(stream, signalOf(ipc, q, rank), number), "signalling a peer"));
-  }
-  for (int q = 0; q < n; ++q) {
-    if (q == rank) continue;
-    WEFT_TRY(checkRuntime(gpu::streamWaitAtLeast(stream, signalOf(ipc, rank, q), number), "waiting for a peer"));
-  }
-  return Status::ok();
-}
-
-// After a failure: marks every peer failed (this rank's stream will still signal them once it
-// moves on, and they must not take that for progress), then raises this rank's counters past
-// every barrier queued, so that its stream drains (its kernels skip). From a stream of its own,
-// in that order.
-void releaseBarriers(const std::shared_ptr<CommState>& state) {
-  DeviceIpc& ipc = *state->ipc;
-  ipc.broken = true;
-  auto write = [&](uint32_t* counter, uint32_t value, const char* what, int q) {
-    if (gpu::streamWriteValue(ipc.rescue, counter, value) == gpuSuccess) return;
-    (void)gpuGetLastError();
-    WEFT_WARN("after a failed all-reduce, cannot %s rank %d", what, q);
-  };
-  for (int q = 0; q < state->nranks; ++q) {
-    if (q != state->rank) write(signalOf(ipc, q, q), 1, "mark failed", q);
-  }
-  const uint32_t number = ipc.barriers.load();
-  for (int q = 0; q < state->nranks; ++q) {
-    if (q != state->rank) write(signalOf(ipc, state->rank, q), number, "release the wait for", q);
-  }
-}
-
-// Whether this operation may count as done: the device path is not broken, and no peer marked
-// this rank failed (read back on the rescue stream, which never waits).
-Status checkPeers(const std::shared_ptr<CommState>& state) {
-  DeviceIpc& ipc = *state->ipc;
-  if (ipc.broken) return Status(weftRemoteError, "an earlier all-reduce on device buffers failed");
-  uint32_t marked = 0;
-  if (gpuMemcpyAsync(&marked, signalOf(ipc, state->rank, state->rank), sizeof marked, gpuMemcpyDeviceToHost,
-                     ipc.rescue) != gpuSuccess ||
-      gpuStreamSynchronize(ipc.rescue) != gpuSuccess) {
-    (void)gpuGetLastError();
-    return Status::ok();  // unreadable: the deadline still guards the operation
-  }
-  if (marked != 0) return Status(weftRemoteError, "a peer's all-reduce failed (timed out or aborted); the result is not valid");
-  return Status::ok();
-}
-
-// An operation that fails while being queued leaves the ranks out of step (the peers queued
-// barriers and took buffers this rank did not), so its next one would pair with their last: the
-// path is marked broken, and with barriers on the device the queued ones are released as
-// failed, so that neither this rank's stream nor the peers wait forever.
-struct BreakUnlessQueued {
-  const std::shared_ptr<CommState>& state;
-  bool onDevice = false;
-  bool queued = false;
-  ~BreakUnlessQueued() {
-    if (queued) return;
-    if (onDevice) releaseBarriers(state);
-    state->ipc->broken = true;
-  }
-};
 
 }  // namespace
 
@@ -226,6 +164,10 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   if (ipc.broken) {
     return Status(weftRemoteError, "an earlier all-reduce on device buffers failed (see weftCommGetAsyncError); "
                                    "the communicator cannot be used for another");
+  }
+  if (directApplies(ipc, call)) {
+    WEFT_ASSIGN_OR_RETURN(bool queued, enqueueIpcDirect(state, stream, fn, call));
+    if (queued) return Status::ok();
   }
   BreakUnlessQueued guard{state};
   auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
@@ -324,6 +266,19 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   }
   guard.queued = true;
   return enqueueRelease(op, stream);
+}
+
+void closePeerMappings(CommState& state) {
+  if (!state.ipc) return;
+  DeviceIpc& ipc = *state.ipc;
+  ScopedDevice onDevice(state.device);
+  // A failure's release may still be writing the peers' counters.
+  if (ipc.rescue != nullptr && gpuStreamSynchronize(ipc.rescue) != gpuSuccess) (void)gpuGetLastError();
+  for (auto& buffers : ipc.buffers) {
+    if (buffers) buffers->closePeers();
+  }
+  if (ipc.signals) ipc.signals->closePeers();
+  if (ipc.userBuffers) ipc.userBuffers->closeAll();
 }
 
 void releaseDeviceIpc(CommState& state) {

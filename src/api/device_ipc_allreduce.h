@@ -10,6 +10,10 @@
 //      writes the reduced block into its own buffer;
 //   4. a barrier (every block is reduced);
 //   5. all-gather: copy kernels read each rank's reduced block straight into recvbuff.
+// That is the copy-in path. Where every rank sets WEFT_CUDA_IPC_DIRECT_MIN_BYTES (off by
+// default), calls of at least that size (the largest any rank set) take the direct path
+// instead (device_ipc_direct.h), which reads and writes the users' buffers in place; it falls
+// back to copy-in for a call whose buffers some rank cannot share.
 // The barriers are on the device: the stream writes the barrier's number into a signal counter of
 // every peer and waits until each of its own counters has reached it (stream memory operations),
 // so no host thread is in the loop; the progress engine only watches the operation's deadline,
@@ -19,12 +23,16 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "api/comm_handle.h"
 #include "core/collective_call.h"
 #include "kernels/gpu/gpu_runtime.h"
 #include "transport/cuda_ipc/ipc_buffers.h"
+#include "transport/cuda_ipc/ipc_user_buffers.h"
+#include "transport/shm/shm_arena.h"
 
 namespace weft::api {
 
@@ -46,6 +54,13 @@ struct DeviceIpc {
   // different streams still take the buffers in turn.
   gpuEvent_t done = nullptr;
   bool doneRecorded = false;
+  // The direct path: calls of at least directMinBytes (the largest any rank asked for; SIZE_MAX:
+  // off, the default), where the ranks swap where their buffers are through a shared-memory arena, once per
+  // call, and map each other's (userBuffers).
+  size_t directMinBytes = SIZE_MAX;
+  std::optional<transport::ShmArena> exchange;
+  uint32_t exchangeSeq = 0;
+  std::unique_ptr<transport::cuda_ipc::IpcUserBuffers> userBuffers;
 };
 
 // Whether `call` goes GPU to GPU: an all-reduce on 2 to 16 ranks, all on this host, issued on
@@ -57,7 +72,12 @@ Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& c
 Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t stream, const char* fn,
                            const core::CollectiveCall& call);
 
-// At destroy, once no device operation is in flight: closes the mappings, frees the buffers.
+// At destroy, once no device operation is in flight and before the ranks meet: closes this
+// rank's mappings of the peers' memory (IPC buffers, signals, users' buffers), since CUDA leaves
+// undefined a free of memory that another process still maps.
+void closePeerMappings(CommState& state);
+
+// At destroy, once every rank has closed its mappings: frees this rank's buffers.
 void releaseDeviceIpc(CommState& state);
 
 }  // namespace weft::api

@@ -239,8 +239,9 @@ void quiesceDevice(CommState& state) {
   const int timeoutMs = state.config.timeoutMs;
   if (pool && !pool->waitIdle(streamBackstopMs(timeoutMs))) return;
   if (!state.ipc || !state.ipc->usable || !state.communicator) return;
-  // Peers' last all-gathers may still read this rank's IPC buffers: free them only once every
-  // rank got here.
+  // Every rank closes its mappings of the others' memory, then they meet: only then may a rank
+  // free its IPC buffers (and its user return its buffers' memory).
+  closePeerMappings(state);
   Status met = state.engine.runBlocking([&state] { return state.communicator->barrier(); });
   if (!met.isOk()) WEFT_WARN("destroy: no barrier with the peers before freeing the CUDA IPC buffers: %s", met.message().c_str());
 }

@@ -46,6 +46,8 @@ class Communicator {
   int rank() const { return mesh_.rank(); }
   int size() const { return mesh_.size(); }
   int timeoutMs() const { return config_.timeoutMs; }
+  // Names this communicator's shared-memory segments (a digest of its secret).
+  uint32_t secretDigest() const { return mesh_.secretDigest(); }
   // A collective failed (a peer died, timed out, or called something else): it must be aborted.
   bool failed() const { return !failure_.isOk(); }
   // An operation the peers may have run did not run here: every later call fails instead.

@@ -2,8 +2,9 @@
 // type x operator against a host reference, with fresh random data each run (the seed is
 // printed), poisoned outputs, odd counts, in-place calls, two streams and a group. All-reduce goes
 // GPU to GPU over CUDA IPC (ranks on one host), and again staged through host memory; a rank
-// killed with SIGKILL gives the others an error. Exits 77 (ctest: skipped) with a message when no
-// GPU is visible.
+// killed with SIGKILL gives the others an error, on both IPC paths (copy-in, direct). Exits 77
+// (ctest: skipped) with a message when no GPU is visible. test_gpu_ipc_direct.cc, in the same
+// binary, tests the direct path.
 #include <catch2/catch.hpp>
 
 #include <dlfcn.h>
@@ -15,159 +16,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
 #include "element_codec.h"
-#include "kernels/gpu/gpu_runtime.h"
-#include "multiprocess.h"
+#include "gpu/gpu_ranks.h"
 
 using namespace weft::test;
 
 namespace {
-
-constexpr int kNoGpu = 77;
-
-// Asked in a child: a parent that touched the runtime could not fork working ranks. Skipped
-// only where there is no GPU (no driver, or no device); a driver too old for this runtime, or
-// any other error, fails loudly instead of skipping.
-int probeGpu(RankContext&) {
-#if !defined(WEFT_GPU_HIP)
-  if (dlopen("libcuda.so.1", RTLD_NOW) == nullptr) return kNoGpu;
-#endif
-  int count = 0;
-  const gpuError_t err = gpuGetDeviceCount(&count);
-  if (err == gpuErrorNoDevice || (err == gpuSuccess && count == 0)) return kNoGpu;
-  if (err != gpuSuccess) {
-    std::fprintf(stderr, "the GPU runtime fails: %s\n", gpuGetErrorString(err));
-    return 1;
-  }
-  return 0;
-}
-
-void skipWithoutGpu() {
-  auto outcome = runRanks(1, probeGpu, LaunchOptions{false, 60000});
-  if (outcome.at(0).exitCode == 0) return;
-  if (outcome.at(0).exitCode != kNoGpu) FAIL("GPU present but unusable: " << outcome.at(0).output);
-  std::printf("SKIPPED: no GPU visible to this process (the GPU tests need CUDA or HIP hardware)\n");
-  std::fflush(stdout);
-  std::_Exit(kNoGpu);
-}
-
-uint64_t runSeed() {
-  static const uint64_t seed = std::random_device{}();
-  return seed;
-}
-
-// Small integers, so that every format holds every input, partial sum and product exactly.
-double randomValue(std::mt19937_64& rng, weftDataType_t t, weftRedOp_t op) {
-  const bool isSigned = isSignedType(t) || isFloatType(t);
-  auto pick = [&](int lo, int hi) { return static_cast<double>(std::uniform_int_distribution<int>(lo, hi)(rng)); };
-  if (!isFloatType(t) && (op == weftSum || op == weftMax || op == weftMin)) {  // full width: wraps and extremes
-    return static_cast<double>(static_cast<int64_t>(rng() >> (isSigned ? 12 : 11)) * (isSigned && rng() % 2 ? -1 : 1));
-  }
-  if (op == weftProd) return isSigned ? pick(-2, 2) : pick(0, 2);
-  if (op == weftMax || op == weftMin) return isSigned ? pick(-8, 8) : pick(0, 8);
-  return isSigned ? pick(-2, 2) : pick(0, 3);
-}
-
-// Rank r's input for a case: the same on every rank, so each can compute the reference.
-std::vector<double> inputOf(int rank, int caseIndex, size_t count, weftDataType_t t, weftRedOp_t op) {
-  std::mt19937_64 rng(runSeed() * 1000003 + static_cast<uint64_t>(caseIndex) * 64 + static_cast<uint64_t>(rank));
-  std::vector<double> values(count);
-  for (double& v : values) v = randomValue(rng, t, op);
-  return values;
-}
-
-std::vector<unsigned char> encode(const std::vector<double>& values, weftDataType_t t) {
-  std::vector<unsigned char> bytes(values.size() * typeSize(t));
-  for (size_t i = 0; i < values.size(); ++i) storeValue(bytes.data(), i, t, values[i]);
-  return bytes;
-}
-
-// The reduction of every rank's element i (scaled by `scale` first), encoded in t.
-// The value x * scale as type t holds it (PreMulSum rounds each scaled input).
-double rounded(double x, weftDataType_t t) {
-  unsigned char bytes[8];
-  storeValue(bytes, 0, t, x);
-  return loadFloat(bytes, 0, t);
-}
-
-// scale(r): rank r's PreMulSum scalar (1 without PreMulSum).
-void reference(void* out, size_t at, const std::vector<std::vector<double>>& in, size_t i, weftDataType_t t,
-               weftRedOp_t op, const std::function<double(int)>& scale) {
-  const int n = static_cast<int>(in.size());
-  if (isFloatType(t)) {
-    double acc = rounded(in[0][i] * scale(0), t);
-    for (int r = 1; r < n; ++r) {
-      const double v = rounded(in[static_cast<size_t>(r)][i] * scale(r), t);
-      acc = op == weftProd ? acc * v : op == weftMax ? std::max(acc, v) : op == weftMin ? std::min(acc, v) : acc + v;
-    }
-    if (op == weftAvg) acc = t == weftFloat64 ? acc / n : static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
-    storeValue(out, at, t, acc);
-    return;
-  }
-  const uint64_t mask = widthMask(t);
-  const int bits = static_cast<int>(8 * typeSize(t));
-  auto signedOf = [&](uint64_t x) { return bits == 64 ? static_cast<int64_t>(x) : static_cast<int64_t>(x << (64 - bits)) >> (64 - bits); };
-  auto raw = [&](size_t r) {
-    return static_cast<uint64_t>(static_cast<int64_t>(in[r][i])) * static_cast<uint64_t>(scale(static_cast<int>(r))) & mask;
-  };
-  uint64_t acc = raw(0);
-  for (size_t r = 1; r < in.size(); ++r) {
-    const uint64_t v = raw(r);
-    if (op == weftProd) acc = acc * v & mask;
-    else if (op == weftMax) acc = isSignedType(t) ? (signedOf(v) > signedOf(acc) ? v : acc) : std::max(acc, v);
-    else if (op == weftMin) acc = isSignedType(t) ? (signedOf(v) < signedOf(acc) ? v : acc) : std::min(acc, v);
-    else acc = (acc + v) & mask;
-  }
-  if (op == weftAvg) acc = isSignedType(t) ? static_cast<uint64_t>(signedOf(acc) / n) & mask : acc / static_cast<uint64_t>(n);
-  std::memcpy(static_cast<char*>(out) + at * typeSize(t), &acc, typeSize(t));
-}
-
-// fill and poison wait for the device: a copy from pageable memory may return before its DMA
-// lands, and the collectives run on non-blocking streams, which do not order against it.
-struct DeviceBuffer {
-  explicit DeviceBuffer(size_t size) : bytes(size) { (void)gpuMalloc(&ptr, size > 0 ? size : 1); }
-  ~DeviceBuffer() { (void)gpuFree(ptr); }
-  void fill(const std::vector<unsigned char>& from) const {
-    (void)gpuMemcpy(ptr, from.data(), from.size(), gpuMemcpyHostToDevice);
-    (void)gpuDeviceSynchronize();
-  }
-  void poison() const { fill(std::vector<unsigned char>(bytes, 0xA5)); }
-  std::vector<unsigned char> read() const {
-    std::vector<unsigned char> out(bytes);
-    (void)gpuMemcpy(out.data(), ptr, bytes, gpuMemcpyDeviceToHost);
-    return out;
-  }
-  void* ptr = nullptr;
-  size_t bytes;
-};
-
-struct GpuRank {
-  explicit GpuRank(RankContext& c, int timeoutMs = 0) : ctx(c) {
-    RANK_CHECK(ctx, gpuSetDevice(0) == gpuSuccess, "cudaSetDevice(0)");
-    for (auto& s : streams) RANK_CHECK(ctx, gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking) == gpuSuccess, "stream");
-    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-    if (timeoutMs > 0) config.timeoutMs = timeoutMs;
-    RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
-  }
-  ~GpuRank() {
-    weftCommDestroy(comm);
-    for (auto& s : streams) (void)gpuStreamDestroy(s);
-  }
-  // The stream for the k-th call: calls alternate between two streams, each synchronized.
-  gpuStream_t stream(int k) const { return streams[k % 2]; }
-  void sync(int k) {
-    RANK_CHECK(ctx, gpuStreamSynchronize(stream(k)) == gpuSuccess, "stream sync");
-    weftResult_t async = weftSuccess;
-    weftCommGetAsyncError(comm, &async);
-    RANK_CHECK(ctx, async == weftSuccess, "async error %s: %s", weftGetErrorString(async), weftGetLastError(comm));
-  }
-  RankContext& ctx;
-  weftComm_t comm = nullptr;
-  gpuStream_t streams[2] = {};
-};
 
 const weftDataType_t kTypes[] = {weftInt8, weftUint8, weftInt32, weftUint32, weftInt64, weftUint64,
                                  weftFloat16, weftFloat32, weftFloat64, weftBfloat16, weftFloat8e4m3, weftFloat8e5m2};
@@ -367,30 +225,22 @@ int badIpcBufferSize(RankContext& ctx) {
 // within the timeout, and their streams complete.
 int killedPeer(RankContext& ctx) {
   constexpr int kTimeoutMs = 5000;
+  DeviceBuffer buf(size_t{2} << 20);  // what the direct path shares; it outlives the communicator
   GpuRank g(ctx, kTimeoutMs);
-  DeviceBuffer buf(4096);
   RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(0)));
   g.sync(0);
   if (ctx.rank == ctx.nranks - 1) raise(SIGKILL);
   const auto start = std::chrono::steady_clock::now();
-  RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(1)));
+  // The copy-in path fails on the stream (an asynchronous error); the direct path already while
+  // the ranks swap where their buffers are.
+  const weftResult_t rc = weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(1));
   RANK_CHECK(ctx, gpuStreamSynchronize(g.stream(1)) == gpuSuccess, "the stream completes");
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   weftResult_t async = weftSuccess;
   RANK_WEFT(ctx, weftCommGetAsyncError(g.comm, &async));
-  RANK_CHECK(ctx, async != weftSuccess, "an error after the peer died");
+  RANK_CHECK(ctx, rc != weftSuccess || async != weftSuccess, "an error after the peer died");
   RANK_CHECK(ctx, waited.count() < 3 * kTimeoutMs, "error after %lld ms", static_cast<long long>(waited.count()));
   return 0;
-}
-
-void runOnRanks(int (*body)(RankContext&), std::vector<int> rankCounts = {1, 2, 3, 4, 8}) {
-  skipWithoutGpu();
-  for (int n : rankCounts) {
-    INFO("ranks: " << n << ", seed " << runSeed());
-    auto outcomes = runRanks(n, [body](RankContext& ctx) { return body(ctx); }, LaunchOptions{true, 600000});
-    CHECK(describeFailures(outcomes).empty());
-    if (!describeFailures(outcomes).empty()) FAIL(describeFailures(outcomes));
-  }
 }
 
 }  // namespace
@@ -412,8 +262,13 @@ TEST_CASE("gpu: data-moving collectives on device buffers", "[gpu]") { runOnRank
 TEST_CASE("gpu: mixed buffers and host streams are rejected", "[gpu]") { runOnRanks(badInput); }
 TEST_CASE("gpu: a rank killed with SIGKILL gives the others an error", "[gpu]") {
   skipWithoutGpu();
-  auto outcomes = runRanks(3, killedPeer, LaunchOptions{true, 120000});
-  for (int r = 0; r < 2; ++r) CHECK(outcomes[static_cast<size_t>(r)].exitCode == 0);
-  CHECK(outcomes[2].signal == SIGKILL);
-  if (outcomes[0].exitCode != 0 || outcomes[1].exitCode != 0) FAIL(describeFailures(outcomes));
+  for (const char* minBytes : std::initializer_list<const char*>{"0", nullptr}) {  // direct, copy-in (default)
+    INFO("WEFT_CUDA_IPC_DIRECT_MIN_BYTES=" << (minBytes ? minBytes : "(unset)"));
+    if (minBytes != nullptr) setenv("WEFT_CUDA_IPC_DIRECT_MIN_BYTES", minBytes, 1);
+    auto outcomes = runRanks(3, killedPeer, LaunchOptions{true, 120000});
+    for (int r = 0; r < 2; ++r) CHECK(outcomes[static_cast<size_t>(r)].exitCode == 0);
+    CHECK(outcomes[2].signal == SIGKILL);
+    unsetenv("WEFT_CUDA_IPC_DIRECT_MIN_BYTES");
+    if (outcomes[0].exitCode != 0 || outcomes[1].exitCode != 0) FAIL(describeFailures(outcomes));
+  }
 }

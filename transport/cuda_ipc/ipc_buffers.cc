@@ -50,10 +50,16 @@ Status IpcBuffers::openPeers(const std::vector<IpcHandle>& handles, int self) {
   return Status::ok();
 }
 
-IpcBuffers::~IpcBuffers() {
+void IpcBuffers::closePeers() {
   for (size_t r = 0; r < mapped_.size(); ++r) {
     if (static_cast<int>(r) != self_ && mapped_[r] != nullptr) (void)gpuIpcCloseMemHandle(mapped_[r]);
+    if (static_cast<int>(r) != self_) mapped_[r] = nullptr;
   }
+  (void)gpuGetLastError();
+}
+
+IpcBuffers::~IpcBuffers() {
+  closePeers();
   if (local_ != nullptr) (void)gpuFree(local_);
   (void)gpuGetLastError();
 }

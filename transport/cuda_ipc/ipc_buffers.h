@@ -30,6 +30,9 @@ class IpcBuffers {
 
   // Opens every rank's handle but `self`'s (handles indexed by rank).
   Status openPeers(const std::vector<IpcHandle>& handles, int self);
+  // Closes the peers' mappings (before the peers free their buffers: CUDA leaves a free of
+  // memory another process still maps undefined).
+  void closePeers();
 
   // Rank r's buffer as this process addresses it (self: its own).
   unsigned char* of(int rank) const { return mapped_[static_cast<size_t>(rank)]; }
