@@ -85,7 +85,7 @@ set(WEFT_GPU_BACKEND_BUILT "${WEFT_GPU_BACKEND}" CACHE INTERNAL "The GPU path th
 if(WEFT_GPU_BACKEND)
   target_sources(weft_objects PRIVATE src/gpu/staging_pool.cc src/gpu/stream_wait.cc src/api/device_operation.cc
                                       src/api/device_ipc_allreduce.cc src/api/device_ipc_direct.cc
-                                      src/api/device_ipc_sync.cc src/gpu/device_allocation.cc
+                                      src/api/device_ipc_sync.cc src/gpu/device_allocation.cc src/gpu/driver_entry_point.cc
                                       transport/cuda_ipc/ipc_buffers.cc transport/cuda_ipc/ipc_user_buffers.cc)
   target_compile_definitions(weft_objects PUBLIC ${WEFT_GPU_DEFINITIONS})
   if(WEFT_GPU_BACKEND STREQUAL "CUDA")

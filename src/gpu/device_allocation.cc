@@ -5,6 +5,8 @@
 
 #if !defined(WEFT_GPU_HIP)
 #include <cuda.h>  // types only: the entry points come from the runtime (no libcuda at link time)
+
+#include "gpu/driver_entry_point.h"
 #endif
 
 namespace weft::gpu {
@@ -31,17 +33,6 @@ namespace {
 
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 using PointerGetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
-
-void* driverEntryPoint(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return p;
-}
 
 }  // namespace
 

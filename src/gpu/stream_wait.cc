@@ -2,6 +2,8 @@
 
 #if !defined(WEFT_GPU_HIP)
 #include <cuda.h>  // types only: the entry point comes from the runtime, so libweft needs no libcuda at link time
+
+#include "gpu/driver_entry_point.h"
 #endif
 
 namespace weft::gpu {
@@ -27,24 +29,13 @@ namespace {
 // cuStreamWaitValue32 and cuStreamWriteValue32 have this one signature.
 using StreamValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-StreamValue32 driverEntryPoint(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    p = nullptr;
-  }
-  return reinterpret_cast<StreamValue32>(p);
-}
-
 StreamValue32 waitValue32() {
-  static const StreamValue32 fn = driverEntryPoint("cuStreamWaitValue32");
+  static const auto fn = reinterpret_cast<StreamValue32>(driverEntryPoint("cuStreamWaitValue32"));
   return fn;
 }
 
 StreamValue32 writeValue32() {
-  static const StreamValue32 fn = driverEntryPoint("cuStreamWriteValue32");
+  static const auto fn = reinterpret_cast<StreamValue32>(driverEntryPoint("cuStreamWriteValue32"));
   return fn;
 }
 
