@@ -1,17 +1,14 @@
 #include "api/device_ipc_direct.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "api/device_ipc_sync.h"
 #include "api/device_operation.h"
+#include "coll/arena_wait.h"
 #include "gpu/stream_wait.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/gpu/reduce_kernels.h"
@@ -28,21 +25,14 @@ namespace {
 // Where this rank's buffers of one call are, as its peers need it.
 struct DirectRecord {
   enum : uint32_t { kExported = 1, kNotExportable = 2, kTooSmall = 3, kMapped = 4, kNotMapped = 5 };
-  uint64_t tag;  // the call's signature, alike on every rank of one call
+  uint64_t tag;  // core::messageTag of the call, alike on every rank of one call
   uint32_t state;
   uint32_t reserved;
   ExportedBuffer send, recv;
 };
 
-uint64_t signatureOf(const core::CollectiveCall& call) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {uint64_t{call.count}, uint64_t(call.type), uint64_t(call.op), uint64_t{0xd1ec7}}) {
-    h = (h ^ v) * 1099511628211ull;
-  }
-  return h;
-}
-
-// Publishes this rank's record and waits for every peer's, within the timeout.
+// Publishes this rank's record and waits for every peer's, within the timeout. On the calling
+// thread, so the arena's wait gets no connections (the engine's thread owns them).
 Status swapRecords(CommState& state, const DirectRecord& mine, std::vector<DirectRecord>* all) {
   DeviceIpc& ipc = *state.ipc;
   transport::ShmArena& arena = *ipc.exchange;
@@ -50,29 +40,18 @@ Status swapRecords(CommState& state, const DirectRecord& mine, std::vector<Direc
   std::memcpy(arena.ownData(seq, sizeof mine), &mine, sizeof mine);
   arena.publish(seq, sizeof mine, mine.tag);
   all->assign(static_cast<size_t>(state.nranks), mine);
+  const coll::ExecutionContext context{state.nranks, "all-reduce", Deadline::never(), state.config.timeoutMs,
+                                       &state.abortFlag, nullptr};
   std::optional<Deadline> deadline;
   for (int q = 0; q < state.nranks; ++q) {
     if (q == state.rank) continue;
-    for (int look = 0; !arena.published(q, seq); ++look) {
-      if (state.abortFlag.load(std::memory_order_relaxed)) {
-        return Status(weftRemoteError, "the communicator was aborted");
-      }
-      if (look < 1000) {
-        ::sched_yield();
-        continue;
-      }
-      if (!deadline) deadline = Deadline::afterMs(state.config.timeoutMs);
-      if (deadline->expired()) {
-        return Status(weftTimeout, formatString("rank %d did not issue the all-reduce within %d ms (did it die, or "
-                                                "call another collective?)",
-                                                q, state.config.timeoutMs));
-      }
-      arena.sleepUntilPublished(q, seq, std::chrono::milliseconds(std::min(10, deadline->remainingMs())));
-    }
+    WEFT_TRY(coll::awaitPublished(arena, q, seq, context, &deadline));
     std::memcpy(&(*all)[static_cast<size_t>(q)], arena.peerData(q, seq, sizeof mine), sizeof mine);
   }
   return Status::ok();
 }
+
+std::string arenaNameOf(const DirectSetUp& r) { return std::string(r.arenaName, strnlen(r.arenaName, sizeof r.arenaName)); }
 
 }  // namespace
 
@@ -105,8 +84,7 @@ bool attachDirect(DeviceIpc& ipc, int rank, const std::vector<DirectSetUp>& all)
   for (size_t q = 0; q < all.size(); ++q) {
     if (static_cast<int>(q) == rank) continue;
     if (all[q].ok != 1) return false;
-    const std::string name(all[q].arenaName, strnlen(all[q].arenaName, sizeof all[q].arenaName));
-    if (Status s = ipc.exchange->attach(static_cast<int>(q), name); !s.isOk()) {
+    if (Status s = ipc.exchange->attach(static_cast<int>(q), arenaNameOf(all[q])); !s.isOk()) {
       WEFT_INFO("the direct CUDA IPC all-reduce is off: %s", s.message().c_str());
       return false;
     }
@@ -126,11 +104,10 @@ void finishDirect(DeviceIpc& ipc, int rank, const std::vector<DirectSetUp>& all,
   // A peer may have failed after making its arena, and never remove its name.
   for (size_t q = 0; q < all.size(); ++q) {
     if (static_cast<int>(q) != rank && all[q].ok == 1) {
-      transport::ShmSegment::removeName(std::string(all[q].arenaName, strnlen(all[q].arenaName, sizeof all[q].arenaName)));
+      transport::ShmSegment::removeName(arenaNameOf(all[q]));
     }
   }
   ipc.exchange.reset();
-  ipc.directMinBytes = SIZE_MAX;
 }
 
 bool directApplies(const DeviceIpc& ipc, const core::CollectiveCall& call) {
@@ -147,9 +124,13 @@ Result<bool> enqueueIpcDirect(const std::shared_ptr<CommState>& state, gpuStream
   const size_t size = kernels::dataTypeSize(call.type);
   const size_t bytes = call.count * size;
 
-  DirectRecord mine{signatureOf(call), DirectRecord::kExported, 0, {}, {}};
+  DirectRecord mine{core::messageTag(call), DirectRecord::kExported, 0, {}, {}};
   auto exportBoth = [&]() -> Status {
     WEFT_ASSIGN_OR_RETURN(mine.send, ipc.userBuffers->exportBuffer(call.send, bytes));
+    if (call.recv == call.send) {
+      mine.recv = mine.send;
+      return Status::ok();
+    }
     WEFT_ASSIGN_OR_RETURN(mine.recv, ipc.userBuffers->exportBuffer(call.recv, bytes));
     return Status::ok();
   };
@@ -193,15 +174,10 @@ Result<bool> enqueueIpcDirect(const std::shared_ptr<CommState>& state, gpuStream
   reduce.type = call.type;
   reduce.op = call.op;
   reduce.divisor = un;
-  auto quiesce = [&]() -> Status {  // within the timeout: the previous call may wait on a peer
-    const Deadline deadline = Deadline::afterMs(state->config.timeoutMs);
-    for (gpuError_t err = ipc.doneRecorded ? gpuEventQuery(ipc.done) : gpuSuccess; err != gpuSuccess;
-         err = gpuEventQuery(ipc.done)) {
-      if (err != gpuErrorNotReady) return checkRuntime(err, "waiting for the previous CUDA IPC all-reduce");
-      if (deadline.expired()) return Status(weftTimeout, "the previous CUDA IPC all-reduce did not end in time");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    return Status::ok();
+  auto quiesce = [&]() -> Status {  // the previous call, which may wait on a peer, within the timeout
+    if (!ipc.doneRecorded) return Status::ok();
+    const int timeoutMs = state->config.timeoutMs;
+    return waitForEvent(ipc.done, Deadline::afterMs(timeoutMs), state->abortFlag, timeoutMs);
   };
   auto mapPeers = [&]() -> Status {
     ipc.userBuffers->beginCall();

@@ -127,7 +127,9 @@ void releaseOperation(void* arg) {
   (*op)->released = true;
 }
 
-// Waits, on the engine's thread, for the stream to reach `event`.
+
+}  // namespace
+
 Status waitForEvent(gpuEvent_t event, const Deadline& deadline, const std::atomic<bool>& abortFlag, int timeoutMs) {
   for (int polls = 0;; ++polls) {
     gpuError_t err = gpuEventQuery(event);
@@ -146,8 +148,6 @@ Status waitForEvent(gpuEvent_t event, const Deadline& deadline, const std::atomi
     }
   }
 }
-
-}  // namespace
 
 Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::function<Status(core::Communicator&)> work) {
   WEFT_ASSIGN_OR_RETURN(gpuEvent_t event, op->pool->acquireEvent());

@@ -13,6 +13,7 @@
 #include "api/comm_handle.h"
 #include "gpu/staging_pool.h"
 #include "kernels/gpu/gpu_runtime.h"
+#include "util/deadline.h"
 
 namespace weft::api {
 
@@ -88,6 +89,9 @@ Status enqueueHostPhase(const OperationRef& op, gpuStream_t stream, std::functio
 // kernels skip, and `unblock` releases the stream's waits.
 Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t started, std::function<Status()> check,
                     std::function<void()> unblock);
+
+// Waits for a stream to reach `event`, polling until the deadline or an abort.
+Status waitForEvent(gpuEvent_t event, const Deadline& deadline, const std::atomic<bool>& abortFlag, int timeoutMs);
 
 // The operation's last step on the stream: its pinned memory goes back to the pool.
 Status enqueueRelease(const OperationRef& op, gpuStream_t stream);

@@ -18,6 +18,10 @@ void cpuRelax() {
 constexpr int kBusyLooks = 32;  // a microsecond or two of spinning before yielding
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);  // so abort, the deadline and a dead peer are seen
 
+std::string describe(const ExecutionContext& context, int peer) {
+  return context.connections != nullptr ? context.connections->describe(peer) : formatString("rank %d", peer);
+}
+
 Status aborted(const ExecutionContext& context) {
   return Status(weftRemoteError, std::string(context.collective) + ": the communicator was aborted");
 }
@@ -48,14 +52,16 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
     if ((*deadline)->expired()) {
       return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for data from %s",
                                               context.collective, context.timeoutMs,
-                                              context.connections->describe(peer).c_str()));
+                                              describe(context, peer).c_str()));
     }
-    WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, **deadline));
-    if (Status alive = connection->checkPeerAlive(); !alive.isOk()) {
-      // A peer may publish, finish its call and exit between the look above and this one; what
-      // it published stays readable in this rank's mapping.
-      if (arena.published(peer, seq)) return Status::ok();
-      return alive.withContext(context.collective);
+    if (context.connections != nullptr) {
+      WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, **deadline));
+      if (Status alive = connection->checkPeerAlive(); !alive.isOk()) {
+        // A peer may publish, finish its call and exit between the look above and this one;
+        // what it published stays readable in this rank's mapping.
+        if (arena.published(peer, seq)) return Status::ok();
+        return alive.withContext(context.collective);
+      }
     }
     const auto slice =
         std::min<std::chrono::milliseconds>(kSleepSlice, std::chrono::milliseconds((*deadline)->remainingMs()));
@@ -70,7 +76,7 @@ Status checkSameCall(const transport::ShmArena& arena, int peer, uint32_t seq, s
   return Status(weftInvalidUsage,
                 formatString("%s: %s is in a different call (%u bytes, signature %016llx; here %zu bytes, "
                              "%016llx): every rank must make the same collective calls in the same order",
-                             context.collective, context.connections->describe(peer).c_str(), slot.bytes,
+                             context.collective, describe(context, peer).c_str(), slot.bytes,
                              static_cast<unsigned long long>(slot.tag), bytes, static_cast<unsigned long long>(tag)));
 }
 

@@ -44,27 +44,23 @@ Result<ExportedBuffer> IpcUserBuffers::exportBuffer(const void* ptr, size_t byte
                                                        "pages",
                                                        ptr, a.bytes, reinterpret_cast<void*>(a.base)));
   }
-  ExportedBuffer out;
-  out.id = a.id;
-  out.base = a.base;
-  out.allocationBytes = a.bytes;
-  out.offset = at - a.base;
-  auto known = std::find_if(exported_.begin(), exported_.end(), [&](const Export& e) { return e.id == a.id; });
+  auto known = std::find_if(exported_.begin(), exported_.end(), [&](const ExportedBuffer& e) { return e.id == a.id; });
   if (known == exported_.end()) {
     // Allocations this one overlaps were freed: forget them.
-    std::erase_if(exported_, [&](const Export& e) { return overlaps(e.base, e.bytes, a.base, a.bytes); });
+    std::erase_if(exported_, [&](const ExportedBuffer& e) { return overlaps(e.base, e.allocationBytes, a.base, a.bytes); });
     gpuIpcMemHandle_t handle;
     if (gpuError_t err = gpuIpcGetMemHandle(&handle, reinterpret_cast<void*>(a.base)); err != gpuSuccess) {
       (void)gpuGetLastError();
       return gpu::runtimeError(err, "exporting the buffer's allocation");
     }
-    Export e{a.id, a.base, a.bytes, {}};
+    ExportedBuffer e{a.id, a.base, a.bytes, 0, {}};
     static_assert(sizeof handle == kHandleBytes);
     std::memcpy(e.handle, &handle, kHandleBytes);
     exported_.push_back(e);
     known = exported_.end() - 1;
   }
-  std::memcpy(out.handle, known->handle, kHandleBytes);
+  ExportedBuffer out = *known;
+  out.offset = at - a.base;
   return out;
 }
 

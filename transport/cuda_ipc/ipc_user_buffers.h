@@ -69,17 +69,11 @@ class IpcUserBuffers {
     unsigned char* local;  // its mapping here
     uint64_t lastUse;  // the call that last took it
   };
-  struct Export {
-    uint64_t id;
-    uintptr_t base;
-    size_t bytes;
-    unsigned char handle[kHandleBytes];
-  };
   void close(Mapping& m);
 
   uint64_t clock_ = 0;
   std::vector<std::vector<Mapping>> mapped_;  // by peer
-  std::vector<Export> exported_;              // this rank's allocations exported so far (live ones)
+  std::vector<ExportedBuffer> exported_;      // this rank's allocations exported so far (offset 0)
 };
 
 }  // namespace weft::transport::cuda_ipc
