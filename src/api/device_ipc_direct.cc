@@ -62,8 +62,8 @@ DirectSetUp prepareDirect(const CommState& state, DeviceIpc& ipc) {
     WEFT_WARN("the direct CUDA IPC all-reduce is off: %s", minBytes.status().message().c_str());
     return mine;
   }
-  // Off unless asked for: it once hung a GPU test run for a cause not yet found
-  // (bench/results/2026-11-25-gpu-h100.md).
+  // Off unless asked for: the buffers it shares must stay allocated until destroy (a free of
+  // memory a peer maps is undefined in CUDA), which a user accepts by asking.
   if (!minBytes.value().has_value()) return mine;
   mine.minBytes = static_cast<uint64_t>(*minBytes.value());
   auto made = transport::ShmArena::create(formatString("%08x-ipc-%d", state.communicator->secretDigest(), state.rank),
