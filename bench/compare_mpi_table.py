@@ -9,9 +9,10 @@ Called by `bench/compare --peer mpi`; usable on its own:
 
 The all-reduce inputs use weft-perf's -J schema (see compare_table.py, whose readers this
 script reuses); the probe input is mem-bound-probe's -J array of
-    {"size": B, "nprocs": n, "copy_gbps": x, "sum_gbps": y, "sum_touched_gbps": 3y}
+    {"size": B, "nprocs": n, "copy_gbps": x, "memcpy_gbps": .., "stream_copy_gbps": .., "sum_gbps": y, ...}
 (per-process GB/s with n processes running at once, minimum over processes). The memory bound
-for busbw is copy_gbps at the same size (see bench/mem_bound_probe.cc).
+for busbw is copy_gbps at the same size, the faster of memcpy and a streaming-store copy (see
+bench/mem_bound_probe.cc).
 
 Each JSON argument may be a comma-separated list of runs of the same sweep (bench/compare
 --repeats); the table then holds the per-size medians. Each --run is one rank count and gets its

@@ -1,12 +1,13 @@
 # Included from bench/CMakeLists.txt: the Open MPI peer driver and the memory-bound probe used by
 # `bench/compare --peer mpi`. Neither links Weft; both share weft-perf's table and JSON code.
 
-# mem-bound-probe: plain C++ (memcpy and a vectorisable sum loop), no ISA flags, no MPI. It is
-# launched with weftrun, so it needs nothing beyond the C++ runtime.
+# mem-bound-probe: plain C++ (memcpy, Weft's streaming-store copy and a vectorisable sum loop),
+# no ISA flags, no MPI. It is launched with weftrun, so it needs nothing beyond the C++ runtime.
 add_executable(mem-bound-probe
   mem_bound_probe.cc
+  ${PROJECT_SOURCE_DIR}/kernels/cpu/copy_streaming.cc
   ${PROJECT_SOURCE_DIR}/tools/weft-perf/perf_common.cc)
-target_include_directories(mem-bound-probe PRIVATE ${PROJECT_SOURCE_DIR}/tools)
+target_include_directories(mem-bound-probe PRIVATE ${PROJECT_SOURCE_DIR}/tools ${PROJECT_SOURCE_DIR})
 target_compile_options(mem-bound-probe PRIVATE ${WEFT_WARNINGS})
 set_target_properties(mem-bound-probe PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
