@@ -115,6 +115,39 @@ struct Element {
       return C::store(acc / static_cast<A>(divisor));
     }
   }
+  // A pack of finished elements. Half and bfloat16 on sm_80+ convert two floats per
+  // instruction (cvt.rn.{f16,bf16}x2.f32, round to nearest even like the single one): on an
+  // H200 the one-at-a-time conversions held these sums to 0.81-0.84 of copy bandwidth
+  // (bench/results/2026-11-26-gpu-h200.md).
+  template <int N>
+  __device__ static void finishPack(S (&out)[N], const A (&acc)[N], uint64_t divisor) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr bool kPaired = (T == weftBfloat16 || T == weftFloat16) && N % 2 == 0;
+#else
+    constexpr bool kPaired = false;
+#endif
+    if constexpr (kPaired) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      const float scale = static_cast<float>(divisor);
+#pragma unroll
+      for (int e = 0; e < N; e += 2) {
+        const float2 pair = divisor <= 1 ? make_float2(acc[e], acc[e + 1]) : make_float2(acc[e] / scale, acc[e + 1] / scale);
+        if constexpr (T == weftBfloat16) {
+          const __nv_bfloat162 two = __float22bfloat162_rn(pair);
+          out[e] = __bfloat16_as_ushort(two.x);
+          out[e + 1] = __bfloat16_as_ushort(two.y);
+        } else {
+          const __half2 two = __float22half2_rn(pair);
+          out[e] = __half_as_ushort(two.x);
+          out[e + 1] = __half_as_ushort(two.y);
+        }
+      }
+#endif
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) out[e] = finish(acc[e], divisor);
+    }
+  }
 };
 
 struct KernelParams {
@@ -184,10 +217,7 @@ __global__ void reduceKernel(KernelParams p) {
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int e = 0; e < kPack; ++e) pack[u].e[e] = E::finish(acc[u][e], p.divisor);
-    }
+    for (int u = 0; u < kUnroll; ++u) E::finishPack(pack[u].e, acc[u], p.divisor);
     for (int k = 0; k < p.nOutputs; ++k) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) reinterpret_cast<uint4*>(output(k))[v + u * step] = pack[u].raw;
@@ -204,8 +234,7 @@ __global__ void reduceKernel(KernelParams p) {
 #pragma unroll
       for (int e = 0; e < kPack; ++e) acc[e] = Op::apply(acc[e], E::pre(pack.e[e], scaled, scalar));
     }
-#pragma unroll
-    for (int e = 0; e < kPack; ++e) pack.e[e] = E::finish(acc[e], p.divisor);
+    E::finishPack(pack.e, acc, p.divisor);
     for (int k = 0; k < p.nOutputs; ++k) reinterpret_cast<uint4*>(output(k))[v] = pack.raw;
   }
   for (size_t i = p.packs * kPack + first; i < p.count; i += step) {
