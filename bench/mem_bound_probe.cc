@@ -235,7 +235,8 @@ void writeJson(const std::string& path, const std::vector<size_t>& sizes, int nr
                const std::vector<double>& minimum) {
   std::FILE* out = std::fopen(path.c_str(), "w");
   if (out == nullptr) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
-  // {"size":B,"nprocs":N,"copy_gbps":x,"sum_gbps":y,"sum_touched_gbps":3y}, min over ranks.
+  // {"size":B,"nprocs":N,"copy_gbps":bound,"memcpy_gbps":..,"stream_copy_gbps":..,"sum_gbps":y,
+  //  "sum_touched_gbps":3y}, each the minimum over ranks (the bound: the faster copy).
   std::fputs("[\n", out);
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double sum = minimum[i * kMetrics + kSum];
