@@ -283,18 +283,16 @@ int run(const Options& options, int rank, int nranks) {
     auto copy = [&] { std::memcpy(c.data(), a.data(), bytes); };
     auto stream = [&] { weft::kernels::copyStreaming(c.data(), a.data(), bytes); };
     auto sum = [&] { sumFloats(c.data(), a.data(), b.data(), n); };
-    copy();
-    bool ok = barrier(shared, static_cast<uint32_t>(nranks));
-    if (ok) mine[s * kMetrics + kCopy] = callsPerSecond(bytes, options.seconds, copy) * 1e-9 *
-                                          static_cast<double>(bytes);
-    stream();
-    ok = ok && barrier(shared, static_cast<uint32_t>(nranks));
-    if (ok) mine[s * kMetrics + kStream] = callsPerSecond(bytes, options.seconds, stream) * 1e-9 *
-                                            static_cast<double>(bytes);
-    sum();
-    ok = ok && barrier(shared, static_cast<uint32_t>(nranks));
-    if (ok) mine[s * kMetrics + kSum] = callsPerSecond(bytes, options.seconds, sum) * 1e-9 *
-                                         static_cast<double>(bytes);
+    bool ok = true;
+    // One warm-up call, then every process starts timing together.
+    auto measure = [&](Metric metric, auto op) {
+      op();
+      ok = ok && barrier(shared, static_cast<uint32_t>(nranks));
+      if (ok) mine[s * kMetrics + metric] = callsPerSecond(bytes, options.seconds, op) * 1e-9 * static_cast<double>(bytes);
+    };
+    measure(kCopy, copy);
+    measure(kStream, stream);
+    measure(kSum, sum);
     if (!ok) {
       shared->failed.store(1);
       throw std::runtime_error("timed out at a barrier (did another process die?)");

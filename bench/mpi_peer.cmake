@@ -1,5 +1,6 @@
 # Included from bench/CMakeLists.txt: the Open MPI peer driver and the memory-bound probe used by
-# `bench/compare --peer mpi`. Neither links Weft; both share weft-perf's table and JSON code.
+# `bench/compare --peer mpi`. Neither links Weft (the probe compiles in one kernel source, the
+# streaming copy); both share weft-perf's table and JSON code.
 
 # mem-bound-probe: plain C++ (memcpy, Weft's streaming-store copy and a vectorisable sum loop),
 # no ISA flags, no MPI. It is launched with weftrun, so it needs nothing beyond the C++ runtime.

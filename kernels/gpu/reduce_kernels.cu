@@ -107,14 +107,16 @@ struct Element {
     return C::load(C::store(wrapMul(C::load(v), C::load(scalar))));
   }
   __device__ static S finish(A acc, uint64_t divisor) {
-    if (divisor <= 1) return C::store(acc);
     if constexpr (std::is_integral_v<A>) {
+      if (divisor <= 1) return C::store(acc);
       if constexpr (std::is_signed_v<A>) return static_cast<S>(static_cast<int64_t>(acc) / static_cast<int64_t>(divisor));
       return static_cast<S>(static_cast<uint64_t>(acc) / divisor);
     } else {
-      return C::store(acc / static_cast<A>(divisor));
+      return C::store(divided(acc, divisor));
     }
   }
+  // A floating-point result averaged (Avg divides by the rank count), before it is rounded.
+  __device__ static A divided(A acc, uint64_t divisor) { return divisor <= 1 ? acc : acc / static_cast<A>(divisor); }
   // A pack of finished elements. Half and bfloat16 on sm_80+ convert two floats per
   // instruction (cvt.rn.{f16,bf16}x2.f32, round to nearest even like the single one): on an
   // H200 the one-at-a-time conversions held these sums to 0.81-0.84 of copy bandwidth
@@ -128,10 +130,9 @@ struct Element {
 #endif
     if constexpr (kPaired) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-      const float scale = static_cast<float>(divisor);
 #pragma unroll
       for (int e = 0; e < N; e += 2) {
-        const float2 pair = divisor <= 1 ? make_float2(acc[e], acc[e + 1]) : make_float2(acc[e] / scale, acc[e + 1] / scale);
+        const float2 pair = make_float2(divided(acc[e], divisor), divided(acc[e + 1], divisor));
         if constexpr (T == weftBfloat16) {
           const __nv_bfloat162 two = __float22bfloat162_rn(pair);
           out[e] = __bfloat16_as_ushort(two.x);
