@@ -312,13 +312,20 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
     for (auto& r : ranks) r.cacheBytes = cacheBytes;
     return ranks;
   };
-  // Two hosts of 4 ranks with 32 MiB each, one of 2 with 8 MiB: the least share is 4 MiB.
-  auto mixed = withCache(interleaved(2, 4, 8), size_t{32} << 20);
+  // Two hosts of 4 ranks and 4 CPUs with 32 MiB each, one of 2 ranks and 2 CPUs with 8 MiB: the
+  // least share is 4 MiB. The cache is shared by every CPU: with 8 CPUs each, 1 MiB.
+  auto mixed = withCache(interleaved(2, 4, 4), size_t{32} << 20);
   for (auto& r : mixed) r.host = r.host == 1 ? 2 : r.host;
-  auto small = withCache(interleaved(1, 2, 8), size_t{8} << 20);
+  auto small = withCache(interleaved(1, 2, 2), size_t{8} << 20);
   for (auto& r : small) r.host = 1;
   mixed.insert(mixed.end(), small.begin(), small.end());
   CHECK(plan::cacheBytesPerRank(mixed) == (size_t{4} << 20));
+  auto roomier = mixed;
+  for (auto& r : roomier) r.cpus = 8;
+  CHECK(plan::cacheBytesPerRank(roomier) == (size_t{1} << 20));
+  auto cpusUnknown = mixed;
+  for (auto& r : cpusUnknown) r.cpus = 0;
+  CHECK(plan::cacheBytesPerRank(cpusUnknown) == (size_t{4} << 20));
   auto unknown = mixed;
   unknown.back().cacheBytes = 0;
   CHECK(plan::cacheBytesPerRank(unknown) == 0);

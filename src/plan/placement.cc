@@ -55,14 +55,20 @@ double ranksPerCpu(const std::vector<RankPlacement>& ranks) {
 }
 
 size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
-  std::map<int, std::pair<size_t, size_t>> hosts;  // host -> (ranks, cache bytes)
+  struct HostShare {
+    size_t ranks = 0;
+    size_t cpus = 0;
+    size_t cacheBytes = 0;
+  };
+  std::map<int, HostShare> hosts;
   for (const RankPlacement& r : ranks) {
-    auto& [count, cache] = hosts[r.host];
-    ++count;
-    cache = count == 1 ? r.cacheBytes : std::min(cache, r.cacheBytes);
+    HostShare& h = hosts[r.host];
+    ++h.ranks;
+    h.cpus = std::max(h.cpus, static_cast<size_t>(std::max(r.cpus, 0)));
+    h.cacheBytes = h.ranks == 1 ? r.cacheBytes : std::min(h.cacheBytes, r.cacheBytes);
   }
   size_t least = SIZE_MAX;
-  for (const auto& [host, share] : hosts) least = std::min(least, share.second / share.first);
+  for (const auto& [host, h] : hosts) least = std::min(least, h.cacheBytes / std::max(h.ranks, h.cpus));
   return least == SIZE_MAX ? 0 : least;
 }
 

@@ -28,8 +28,11 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
 // Ranks per CPU on the most crowded host (hosts grouped by RankPlacement::host, CPUs as the
 // host's ranks report them); 1 where CPUs are unknown.
 double ranksPerCpu(const std::vector<RankPlacement>& ranks);
-// The cache each rank has to itself on the host where that is least (the host's last-level
-// cache over its ranks); 0 where any host's cache is unknown.
+// The cache each rank has to itself on the host where that is least: the host's last-level
+// cache over its ranks, or over its CPUs where it has more of those, since the other CPUs' work
+// uses the cache too (on a 16-CPU VM with a 300 MiB L3, 2 ranks copied 32-64 MiB at plain-store
+// speed as if out of cache: bench/results/2026-11-26-cpu-on-h200-host.md); 0 where any host's
+// cache is unknown.
 size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks);
 
 // The NUMA node holding every CPU this thread may run on, or -1: unbound (CPUs on several
