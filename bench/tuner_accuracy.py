@@ -2,14 +2,15 @@
 """The tuner's cost model against measurement: all-reduce (float32 sum, out of place, shared
 memory) on 2, 4 and 8 local ranks from 8 B to 32 MiB, with the ring and the tree forced (and
 recursive doubling and one-shot up to 512 KiB), beside the model's predictions for each
-(weft-topo --predict) and the tuner's own choice. Prints the tables and records them in
+(weft-topo --predict; with --tune measure, what the communicators predicted after timing their
+links at init, from their WEFT_DEBUG=INFO lines) and the tuner's own choice. Prints the tables and records them in
 bench/results/YYYY-MM-DD-tuner-accuracy.md.
 
 Targets (reported, not enforced): predictions within 25% of the measured time where the machine
 is quiet, and the tuner never choosing an algorithm measured more than 1.5x slower than the
 best one at that size.
 
-    bench/tuner_accuracy.py [--quick] [--no-record] [--name LABEL]     (BUILD_DIR: default build/)
+    bench/tuner_accuracy.py [--quick] [--tune measure] [--no-record] [--name LABEL]   (BUILD_DIR: default build/)
 """
 
 import argparse
@@ -26,13 +27,14 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
 ALGOS = {"ring": "ring", "tree": "tree", "rd": "recursive-doubling", "oneshot": "one-shot"}
+TUNE = "defaults"  # WEFT_TUNE for every run (--tune)
 
 
 def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False):
-    """Times per size; with log_choices, also the algorithm the communicator chose per size (from
-    its WEFT_DEBUG=INFO lines)."""
+    """Times per size; with log_choices, also the algorithm the communicator chose per size and
+    its predicted time for each algorithm (from its WEFT_DEBUG=INFO lines)."""
     path = os.path.join(work, f"{nranks}-{algo or 'tuner'}.json")
-    env = dict(os.environ, WEFT_TRANSPORT="shm")
+    env = dict(os.environ, WEFT_TRANSPORT="shm", WEFT_TUNE=TUNE)
     if algo:
         env["WEFT_ALGO"] = f"allreduce:{algo}"
     if log_choices:
@@ -48,7 +50,9 @@ def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False)
         return times
     chosen = {int(m.group(1)): m.group(2)
               for m in re.finditer(r"all-reduce of (\d+) bytes on \d+ ranks: ([a-z-]+)", done.stderr)}
-    return times, chosen
+    predicted = {int(m.group(1)): {name: float(us) for name, us in re.findall(r"([a-z-]+) ([\d.]+) us", m.group(2))}
+                 for m in re.finditer(r"all-reduce of (\d+) bytes on \d+ ranks, predicted: (.*)", done.stderr)}
+    return times, chosen, predicted
 
 
 def measure_all(nranks, top, repeats, work):
@@ -68,10 +72,12 @@ def measure_all(nranks, top, repeats, work):
 
 
 def communicator_choices(nranks, top, work):
-    """The algorithm each size ran with when nothing was forced, as the communicator logged it."""
-    _, small = run_perf(nranks, None, "8", "512K", 3, work, log_choices=True)
-    _, large = run_perf(nranks, None, "2M", top, 1, work, log_choices=True)
-    return {**small, **large}
+    """The algorithm each size ran with when nothing was forced, and the predictions it was
+    chosen by, as the communicator logged them."""
+    _, small, small_predicted = run_perf(nranks, None, "8", "512K", 3, work, log_choices=True)
+    _, large, large_predicted = run_perf(nranks, None, "2M", top, 1, work, log_choices=True)
+    chosen = {**small, **large}
+    return chosen, {size: dict(p, choice=chosen.get(size)) for size, p in {**small_predicted, **large_predicted}.items()}
 
 
 def cpu_pair_latency():
@@ -102,9 +108,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 and 4 ranks, up to 8 MiB, one run")
     parser.add_argument("--repeats", type=int, default=5, help="runs per configuration; the median is kept")
+    parser.add_argument("--tune", choices=("defaults", "measure"), default="defaults",
+                        help="WEFT_TUNE for every run; measure: the predictions are the communicators' own")
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--name", default="", help="appended to the results file's name, e.g. a run's label")
     args = parser.parse_args()
+    global TUNE
+    TUNE = args.tune
     rank_counts = [2, 4] if args.quick else [2, 4, 8]
     top, repeats = ("8M", 1) if args.quick else ("32M", args.repeats)
     loadavg = open("/proc/loadavg").read().split()[:3]
@@ -113,8 +123,8 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for n in rank_counts:
             measured = measure_all(n, top, repeats, work)
-            chosen = communicator_choices(n, top, work)
-            predicted = predictions(n)
+            chosen, logged = communicator_choices(n, top, work)
+            predicted = logged if args.tune == "measure" else predictions(n)
             rows = []
             for size in sorted(measured["ring"]):
                 p = predicted.get(size, {})
@@ -168,7 +178,8 @@ def main():
     today = datetime.date.today().isoformat()
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
-    suffix = ("-quick" if args.quick else "") + (f"-{args.name}" if args.name else "")
+    suffix = ("-quick" if args.quick else "") + ("-measured" if args.tune == "measure" else "") + \
+        (f"-{args.name}" if args.name else "")
     path = os.path.join(ROOT, "bench", "results", f"{today}-tuner-accuracy{suffix}.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join([
@@ -176,7 +187,10 @@ def main():
             "Float32 sum, out of place, WEFT_TRANSPORT=shm, weft-perf -f 4, times per iteration (max over ranks), "
             f"median of {repeats} run(s): 100 iterations up to 512 KiB, 10 above. "
             "Each algorithm forced with WEFT_ALGO=allreduce:ALGO (recursive doubling and one-shot up to 512 KiB); "
-            "predictions from the default shared-memory link costs (weft-topo --predict N). The tuner's choice is "
+            + ("predictions as the communicators logged them with WEFT_TUNE=measure (link bandwidth timed at init). "
+               if args.tune == "measure" else
+               "predictions from the default shared-memory link costs (weft-topo --predict N). ")
+            + "The tuner's choice is "
             "the model's, checked against what the communicator logged with no WEFT_ALGO; its time is that "
             "algorithm's forced median.", "",
             f"- Machine: {os.uname().nodename}, {os.cpu_count()} CPUs; load average before {' '.join(loadavg)}, "
@@ -185,6 +199,7 @@ def main():
             f"after {round_trip_after or 'not measured'}",
             f"- Weft revision: {commit}",
             f"- Command: bench/tuner_accuracy.py{' --quick' if args.quick else ''}"
+            f"{' --tune measure' if args.tune == 'measure' else ''}"
             f"{' --name ' + args.name if args.name else ''}", "",
             *verdicts, "", *lines]))
     print(f"recorded {path}")

@@ -351,3 +351,22 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
   crowdedBlind.ranksPerCpu = 2;
   CHECK(ring(crowded, inCache) < 0.7 * ring(crowdedBlind, inCache));
 }
+
+TEST_CASE("cost model: the INFO line names every algorithm a collective has, at the model's price", "[tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  const auto pair = interleaved(1, 2, 2);
+  const coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(pair)), 2, 1.0);
+  const coll::LinkCost link = coll::defaultSharedMemoryCost();
+  const coll::TuningConfig config;
+  const size_t bytes = size_t{1} << 20;
+  const std::string line = coll::describePredictions(config, link, layout, Collective::AllReduce, bytes);
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
+    const std::string expected =
+        formatString("%s %.1f us", coll::algorithmName(a),
+                     coll::predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes));
+    CHECK(line.find(expected) != std::string::npos);
+  }
+  CHECK(line.find("direct") == std::string::npos);
+  CHECK(coll::describePredictions(config, link, layout, Collective::AllGather, bytes).rfind("ring ", 0) == 0);
+}

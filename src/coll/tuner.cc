@@ -176,6 +176,18 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
   return best;
 }
 
+std::string describePredictions(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
+                                Collective collective, size_t bytes) {
+  std::string text;
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot,
+                      Algorithm::Direct}) {
+    if (!hasAlgorithm(collective, a)) continue;
+    text += formatString("%s%s %.1f us", text.empty() ? "" : ", ", algorithmName(a),
+                         predictUs(link, layout, collective, a, bytes, config.pipeline.chunkBytes));
+  }
+  return text;
+}
+
 Schedule buildSchedule(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline) {
   switch (shape.collective) {
     case Collective::AllReduce:

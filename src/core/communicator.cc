@@ -247,6 +247,10 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   lastAlgorithm_.reset();
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
+  if (rank() == 0 && logLevel() >= LogLevel::Info) {  // every rank prices alike
+    WEFT_INFO("%s of %zu bytes on %d ranks, predicted: %s", coll::collectiveName(collective), bytes, size(),
+              coll::describePredictions(tuning_, link_, layout_, collective, bytes).c_str());
+  }
   if (coll::runsOnArena(layout_, collective, algorithm, bytes)) {
     // No schedule is built for these (schedule_cache.cc logs the others' choices).
     WEFT_INFO("%s of %zu bytes on %d ranks: one-shot through the shared-memory arena", coll::collectiveName(collective),
