@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "coll/arena_allreduce.h"
+#include "coll/cost_fit.h"
 #include "coll/schedule_cache.h"
 #include "coll/tuner.h"
 #include "plan/planner.h"
@@ -369,4 +371,47 @@ TEST_CASE("cost model: the INFO line names every algorithm a collective has, at 
   }
   CHECK(line.find("direct") == std::string::npos);
   CHECK(coll::describePredictions(config, link, layout, Collective::AllGather, bytes).rfind("ring ", 0) == 0);
+}
+
+TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs the timings came from", "[tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  for (int cpus : {2, 8}) {  // crowded (4 ranks on 2 CPUs) and not
+    auto ranks = interleaved(1, 4, cpus);
+    for (auto& r : ranks) r.cacheBytes = size_t{32} << 20;
+    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 4, plan::ranksPerCpu(ranks),
+                                             plan::cacheBytesPerRank(ranks));
+    layout.arenaBytes = coll::kArenaMaxBytes;
+    const coll::LinkCost truth{0.7, 1.0 / 9000.0, 1.0 / 20000.0, 0.6};
+    coll::CommLayout truthLayout = layout;
+    truthLayout.arenaLink = {0.3, 1.0 / 12000.0, 0.0};
+    const size_t chunk = coll::kSharedMemoryChunkBytes;
+    auto timed = [&](Algorithm a, size_t bytes) {
+      return coll::Timing{bytes, coll::predictUs(truth, truthLayout, Collective::AllReduce, a, bytes, chunk)};
+    };
+    const size_t share = layout.cacheBytesPerRank;
+    const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024), timed(Algorithm::Ring, share / 4),
+                                           timed(Algorithm::Ring, 2 * share), timed(Algorithm::OneShot, 8),
+                                           timed(Algorithm::OneShot, coll::kArenaMaxBytes)};
+    // From the defaults; the defaults' beta/gamma ratio is kept, so gamma is compared as beta + gamma.
+    const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, measured);
+    CAPTURE(cpus, fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor, fit.arena.alphaUs);
+    coll::CommLayout fitLayout = layout;
+    fitLayout.arenaLink = fit.arena;
+    for (const coll::Timing& t : {measured.ringSmall, measured.ringCached, measured.ringMemory}) {
+      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Ring, t.bytes, chunk) ==
+            Approx(t.us).epsilon(0.03));
+    }
+    for (const coll::Timing& t : {measured.arenaSmall, measured.arenaLarge}) {
+      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::OneShot, t.bytes, chunk) ==
+            Approx(t.us).epsilon(0.03));
+    }
+    CHECK(fit.link.inCacheFactor < 1.0);
+  }
+  // Nothing timed: nothing changes.
+  const auto pair = interleaved(1, 2, 2);
+  const coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(pair)), 2, 1.0);
+  const coll::FittedCosts same = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, 1 << 17, {});
+  CHECK(same.link.alphaUs == coll::defaultSharedMemoryCost().alphaUs);
+  CHECK(same.arena.alphaUs == coll::arenaCost().alphaUs);
 }

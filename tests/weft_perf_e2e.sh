@@ -50,7 +50,7 @@ for r in rows:
     assert r["oop"]["wrong"] == 0 and r["ip"]["wrong"] == 0 and r["oop"]["busbw"] > 0
 PY
     ;;
-  measure)  # WEFT_TUNE=measure: every rank adopts rank 0's measured link costs, then runs as usual
+  measure)  # WEFT_TUNE=measure: every rank adopts rank 0's fitted costs, then runs as usual
     for n in 2 3; do
       WEFT_TUNE=measure WEFT_DEBUG=INFO "$bin/weftrun" -n "$n" --timeout 120 "$bin/weft-perf" -b 8 -e 4M -f 8 -n 3 \
         -w 1 -c 1 > "$work/out" 2> "$work/log" || { cat "$work/out" "$work/log"; exit 1; }
@@ -59,7 +59,7 @@ PY
       if [[ $(wc -l < "$work/links") != "$n" || $(sort -u "$work/links" | wc -l) != 1 ]]; then
         echo "want one identical 'measured links' line per rank:"; cat "$work/log"; exit 1
       fi
-      if ! grep -Eq "^measured links: [0-9.]+ GB/s from memory \(alpha [0-9.]+ us by default\)$" "$work/links" ||
+      if ! grep -Eq "^measured links: alpha [0-9.]+ us, [0-9.]+ GB/s from memory, [0-9.]+ GB/s in cache; arena [0-9.]+ us, [0-9.]+ GB/s$" "$work/links" ||
          grep -q " 0.00 " "$work/links"; then
         echo "a malformed or zero measurement:"; cat "$work/links"; exit 1
       fi

@@ -43,6 +43,13 @@ namespace {
 // How much longer a hop waits for each doubling of the ranks per CPU (see crowded()).
 constexpr double kHopCrowding = 3.1;
 
+// How much longer a call through the arena waits for each further rank per CPU: the ranks yet
+// to publish must get a CPU (fitted on a quiet 2-core VM with 2, 4 and 8 ranks: about 0.5, 6 and
+// 17 us for 8 bytes, 0.5 + 5.5 (k - 1) with the default per-call cost).
+constexpr double kArenaCrowding = 11.0;
+
+double arenaWait(const LinkCost& arena, double k) { return arena.alphaUs * (1 + kArenaCrowding * (k - 1)); }
+
 double log2Ceil(int n) { return n <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(n))); }
 
 // A pipeline of `hops` links moving `bytes` in chunks: the first chunk crosses every hop, the
@@ -125,12 +132,11 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
         case Algorithm::OneShot: {
           if (runsOnArena(layout, collective, algorithm, bytesIn)) {
             // One copy into the arena, then each peer's input read and reduced. Where ranks
-            // share CPUs, a rank waits for the ranks yet to publish to get a CPU: context
-            // switches, growing with the crowding (fitted on 2 cores with 2, 4 and 8 ranks:
-            // about 0.5, 6 and 17 us for 8 bytes), and it reads more slowly, as sqrt(k)
-            // (about 7, 5 and 3.5 GB/s per peer's input).
-            const LinkCost a = arenaCost();
-            return a.alphaUs + 5.5 * (k - 1) + (n - 1) * b * a.betaUsPerB * std::sqrt(k);
+            // share CPUs, a rank waits for the ranks yet to publish (arenaWait), and it reads
+            // more slowly, as sqrt(k) (about 7, 5 and 3.5 GB/s per peer's input on 2 cores with
+            // 2, 4 and 8 ranks).
+            const LinkCost& a = layout.arenaLink;
+            return arenaWait(a, k) + (n - 1) * b * a.betaUsPerB * std::sqrt(k);
           }
           // n-1 messages leave at once (the sender copies each), then n-1 reductions.
           return l.alphaUs + (n - 1) * (perPeer + b * (move + l.gammaUsPerB));
@@ -162,7 +168,7 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
         // chain's hop copies twice.
         const double slot = static_cast<double>(kArenaSlotBytes);
         const double pieces = std::ceil(b / slot);
-        return pieces * (arenaCost().alphaUs + 5.5 * (k - 1)) + 0.5 * (b + std::min(b, slot)) * move;
+        return pieces * arenaWait(layout.arenaLink, k) + 0.5 * (b + std::min(b, slot)) * move;
       }
       if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * (perPeer + b * move);
       if (algorithm == Algorithm::Tree) return pipelined(l, b, chunk, depth, fanOut * perByte);
@@ -176,9 +182,9 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
         // CPUs, as for the arena's all-reduce), and each rank copies its block once in and every
         // peer's once out, n copies where a ring hop's beta covers two (the sender's and the
         // receiver's, on two cores).
-        const LinkCost a = arenaCost();
+        const LinkCost& a = layout.arenaLink;
         const double pieces = std::ceil(b / static_cast<double>(kArenaSlotBytes));
-        return pieces * (a.alphaUs + 5.5 * (k - 1)) + 0.5 * n * b * move;
+        return pieces * arenaWait(a, k) + 0.5 * n * b * move;
       }
       if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * (perPeer + b * perByte);
       return (n - 1) * pipelined(l, b, chunk, 1, perByte);  // b is one rank's block

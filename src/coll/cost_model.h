@@ -3,8 +3,9 @@
 // fastest algorithm; bench/tuner_accuracy compares its predictions with measured times.
 //
 // Parameters per link class (shared memory, sockets) have defaults measured on small x86
-// machines; WEFT_TUNE=measure times this communicator's links at init instead (rank 0 measures,
-// every rank adopts its numbers, so that all ranks choose alike). Tree algorithms are priced by
+// machines; WEFT_TUNE=measure fits them to this communicator's own all-reduces timed at init
+// instead (coll/cost_fit.h; rank 0 measures, every rank adopts its numbers, so that all ranks
+// choose alike). Tree algorithms are priced by
 // the planned trees' depth and fan-out, and every cost grows where ranks outnumber CPUs.
 #pragma once
 
@@ -48,6 +49,8 @@ struct CommLayout {
   // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: no arena. With
   // one, the one-shot all-gather and broadcast run through it at any size.
   size_t arenaBytes = 0;
+  // What a call through the arena costs: arenaCost() unless WEFT_TUNE=measure fitted it.
+  LinkCost arenaLink = arenaCost();
 };
 
 // Whether `algorithm` for `collective` of `bytes` runs through the shared-memory arena rather

@@ -5,7 +5,8 @@
 // doubling), oneshot; alltoall, gather, scatter and send/recv are direct. WEFT_CHUNK_BYTES sets
 // the pipelines' chunk (by default, by transport: schedules.h). Memory caps on what the model may pick: WEFT_ONESHOT_MAX_BYTES bounds
 // one-shot's (n-1) x message of scratch, WEFT_RD_MAX_BYTES recursive doubling's message, and
-// WEFT_TREE_MAX_BYTES the trees' message. WEFT_TUNE=measure times the links at init.
+// WEFT_TREE_MAX_BYTES the trees' message. WEFT_TUNE=measure fits the model to all-reduces timed at
+// init (core/link_measurement.cc).
 #pragma once
 
 #include <array>

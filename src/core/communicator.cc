@@ -290,39 +290,6 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
   return shape;
 }
 
-// Times this communicator's links for the model's bandwidth: a chain broadcast too large for the
-// cache (beta at the memory's rate, its per-message part negligible at that size; divided by
-// the host's crowding, which the model multiplies back in). The per-message costs keep their
-// defaults: timed here, inside init, they come out at half to two thirds of what the same
-// collectives cost through the API afterwards, which would steer small messages away from the
-// arena. Rank 0's number goes to every rank, and the choices made while the broadcast was
-// forced are forgotten.
-Status Communicator::measureLinks() {
-  std::vector<char> big(std::clamp(layout_.cacheBytesPerRank, size_t{4} << 20, size_t{256} << 20));
-  const CollectiveCall flood{coll::Collective::Broadcast, big.data(), big.data(), big.size(), weftUint8};
-  const coll::TuningConfig saved = tuning_;
-  tuning_.forced[static_cast<size_t>(coll::Collective::Broadcast)] = coll::Algorithm::Ring;
-  // The quickest of a few: a descheduled rank or a page fault spoils one, not the answer.
-  Status status = run(flood);  // warm-up: connections, schedules, pages
-  double bestUs = 1e300;
-  for (int i = 0; i < 3 && status.isOk(); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    status = run(flood);
-    bestUs = std::min(bestUs, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-  }
-  tuning_ = saved;
-  forgetChoices();
-  WEFT_TRY(status);
-  double beta = bestUs / static_cast<double>(big.size()) / layout_.ranksPerCpu;
-  CollectiveCall share{coll::Collective::Broadcast, &beta, &beta, 1, weftFloat64};
-  WEFT_TRY(run(share));
-  forgetChoices();
-  if (beta > 0) link_.betaUsPerB = beta;
-  WEFT_INFO("measured links: %.2f GB/s from memory (alpha %.2f us by default)", 1e-3 / link_.betaUsPerB,
-            link_.alphaUs);
-  return Status::ok();
-}
-
 void Communicator::forgetChoices() {
   algorithms_.clear();
   lastAlgorithm_.reset();

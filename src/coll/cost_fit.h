@@ -1,0 +1,41 @@
+// Fitting the cost model to timed all-reduces (WEFT_TUNE=measure). For the links: the
+// per-message cost from a small ring all-reduce, the per-byte costs from one too large for the
+// cache, and the discount while the buffers stay in the cache from one that fits. For the
+// shared-memory arena: its per-call cost from a one-shot of a few bytes through it, its per-byte
+// cost from the largest it takes. Each is found so that the model's own price (predictUs)
+// matches the time, which keeps the crowding and pipelining the model applies out of the
+// fitted numbers.
+#pragma once
+
+#include <cstddef>
+
+#include "coll/cost_model.h"
+
+namespace weft::coll {
+
+// Mean microseconds per out-of-place all-reduce of `bytes`; us 0: not timed.
+struct Timing {
+  size_t bytes = 0;
+  double us = 0;
+};
+
+struct MeasuredAllReduce {
+  Timing ringSmall;    // latency-bound
+  Timing ringCached;   // footprint within half the rank's cache share
+  Timing ringMemory;   // footprint beyond twice the rank's cache share
+  Timing arenaSmall;   // one-shot through the arena, a few bytes
+  Timing arenaLarge;   // one-shot through the arena, the most it takes
+};
+
+struct FittedCosts {
+  LinkCost link;
+  LinkCost arena;
+};
+
+// `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
+// ratio kept) and inCacheFactor for the link, alphaUs and betaUsPerB for the arena. A part whose
+// timing is missing keeps what it had.
+FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
+                         const MeasuredAllReduce& measured);
+
+}  // namespace weft::coll

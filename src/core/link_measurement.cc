@@ -1,0 +1,76 @@
+// WEFT_TUNE=measure: the communicator times its own all-reduces at init and fits the cost model
+// to them (coll/cost_fit.h), so that the tuner prices algorithms by this machine as it is now
+// rather than by the defaults' small VMs.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "coll/arena_allreduce.h"
+#include "coll/cost_fit.h"
+#include "core/communicator.h"
+#include "util/log.h"
+
+namespace weft::core {
+
+// Out-of-place all-reduces of float32, each timed as weft-perf times one (the mean over
+// back-to-back calls after a warm-up): the ring small, with buffers in half the rank's cache
+// share, and with buffers twice that share (at least 8 MiB, at most 64 MiB); and, where the
+// arena serves small all-reduces, the one-shot through it at 8 bytes and at its largest. Rank
+// 0's fit goes to every rank, so that all choose alike, and the choices made while algorithms
+// were forced are forgotten.
+Status Communicator::measureLinks() {
+  const size_t cache = layout_.cacheBytesPerRank;
+  const size_t memoryBytes = std::clamp(2 * cache, size_t{8} << 20, size_t{64} << 20);
+  const size_t cachedBytes = cache / 4;  // send and receive buffers: half the share
+  std::vector<float> send(std::max(memoryBytes / sizeof(float), static_cast<size_t>(size())), 1.0f);
+  std::vector<float> recv(send.size());
+
+  const coll::TuningConfig saved = tuning_;
+  auto time = [&](coll::Algorithm algorithm, size_t bytes, int warmUps, int iterations, coll::Timing* timing) -> Status {
+    tuning_.forced[static_cast<size_t>(coll::Collective::AllReduce)] = algorithm;
+    const CollectiveCall call{coll::Collective::AllReduce, send.data(), recv.data(),
+                              std::max(bytes / sizeof(float), size_t{1}), weftFloat32, weftSum};
+    for (int i = 0; i < warmUps; ++i) WEFT_TRY(run(call));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) WEFT_TRY(run(call));
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    *timing = {call.count * sizeof(float), us / iterations};
+    return Status::ok();
+  };
+  using coll::Algorithm;
+  coll::MeasuredAllReduce measured;
+  Status status = time(Algorithm::Ring, 1024, 20, 200, &measured.ringSmall);
+  if (status.isOk() && cachedBytes >= (size_t{64} << 10)) {
+    status = time(Algorithm::Ring, cachedBytes, 5, 50, &measured.ringCached);
+  }
+  if (status.isOk()) status = time(Algorithm::Ring, memoryBytes, 2, 5, &measured.ringMemory);
+  if (status.isOk() && layout_.arenaBytes > 0) status = time(Algorithm::OneShot, 8, 20, 200, &measured.arenaSmall);
+  if (status.isOk() && layout_.arenaBytes > 0) {
+    status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 200, &measured.arenaLarge);
+  }
+  tuning_ = saved;
+  forgetChoices();
+  WEFT_TRY(status);
+
+  const coll::FittedCosts fitted = coll::fitAllReduce(link_, layout_, tuning_.pipeline.chunkBytes, measured);
+  double shared[] = {fitted.link.alphaUs,  fitted.link.betaUsPerB,  fitted.link.gammaUsPerB,
+                     fitted.link.inCacheFactor, fitted.arena.alphaUs, fitted.arena.betaUsPerB};
+  WEFT_TRY(run(CollectiveCall{coll::Collective::Broadcast, shared, shared, std::size(shared), weftFloat64}));
+  forgetChoices();
+  link_ = {shared[0], shared[1], shared[2], shared[3]};
+  layout_.arenaLink.alphaUs = shared[4];
+  layout_.arenaLink.betaUsPerB = shared[5];
+  if (rank() == 0) {
+    WEFT_INFO("timed at init: ring all-reduce of %zu B in %.1f us, %zu B in %.1f us, %zu B in %.1f us; arena one-shot "
+              "of %zu B in %.2f us, %zu B in %.2f us",
+              measured.ringSmall.bytes, measured.ringSmall.us, measured.ringCached.bytes, measured.ringCached.us,
+              measured.ringMemory.bytes, measured.ringMemory.us, measured.arenaSmall.bytes, measured.arenaSmall.us,
+              measured.arenaLarge.bytes, measured.arenaLarge.us);
+  }
+  WEFT_INFO("measured links: alpha %.2f us, %.2f GB/s from memory, %.2f GB/s in cache; arena %.2f us, %.2f GB/s",
+            link_.alphaUs, 1e-3 / link_.betaUsPerB, 1e-3 / (link_.betaUsPerB * link_.inCacheFactor),
+            layout_.arenaLink.alphaUs, 1e-3 / layout_.arenaLink.betaUsPerB);
+  return Status::ok();
+}
+
+}  // namespace weft::core
