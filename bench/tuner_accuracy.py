@@ -2,9 +2,9 @@
 """The tuner's cost model against measurement: all-reduce (float32 sum, out of place, shared
 memory) on 2, 4 and 8 local ranks from 8 B to 32 MiB, with the ring and the tree forced (and
 recursive doubling and one-shot up to 512 KiB), beside the model's predictions for each
-(weft-topo --predict; with --tune measure, what the communicators predicted after timing their
-links at init, from their WEFT_DEBUG=INFO lines) and the tuner's own choice. Prints the tables and records them in
-bench/results/YYYY-MM-DD-tuner-accuracy.md.
+(weft-topo --predict; with --tune measure, the predictions the communicators logged at
+WEFT_DEBUG=INFO after fitting the model to all-reduces timed at init) and the tuner's own
+choice. Prints the tables and records them in bench/results/YYYY-MM-DD-tuner-accuracy.md.
 
 Targets (reported, not enforced): predictions within 25% of the measured time where the machine
 is quiet, and the tuner never choosing an algorithm measured more than 1.5x slower than the
@@ -27,14 +27,13 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
 ALGOS = {"ring": "ring", "tree": "tree", "rd": "recursive-doubling", "oneshot": "one-shot"}
-TUNE = "defaults"  # WEFT_TUNE for every run (--tune)
 
 
 def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False):
     """Times per size; with log_choices, also the algorithm the communicator chose per size and
     its predicted time for each algorithm (from its WEFT_DEBUG=INFO lines)."""
     path = os.path.join(work, f"{nranks}-{algo or 'tuner'}.json")
-    env = dict(os.environ, WEFT_TRANSPORT="shm", WEFT_TUNE=TUNE)
+    env = dict(os.environ, WEFT_TRANSPORT="shm")  # and main's WEFT_TUNE
     if algo:
         env["WEFT_ALGO"] = f"allreduce:{algo}"
     if log_choices:
@@ -113,8 +112,7 @@ def main():
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--name", default="", help="appended to the results file's name, e.g. a run's label")
     args = parser.parse_args()
-    global TUNE
-    TUNE = args.tune
+    os.environ["WEFT_TUNE"] = args.tune  # for every run
     rank_counts = [2, 4] if args.quick else [2, 4, 8]
     top, repeats = ("8M", 1) if args.quick else ("32M", args.repeats)
     loadavg = open("/proc/loadavg").read().split()[:3]
@@ -187,7 +185,8 @@ def main():
             "Float32 sum, out of place, WEFT_TRANSPORT=shm, weft-perf -f 4, times per iteration (max over ranks), "
             f"median of {repeats} run(s): 100 iterations up to 512 KiB, 10 above. "
             "Each algorithm forced with WEFT_ALGO=allreduce:ALGO (recursive doubling and one-shot up to 512 KiB); "
-            + ("predictions as the communicators logged them with WEFT_TUNE=measure (link bandwidth timed at init). "
+            + ("predictions as the communicators logged them with WEFT_TUNE=measure (the model fitted to "
+               "all-reduces they timed at init). "
                if args.tune == "measure" else
                "predictions from the default shared-memory link costs (weft-topo --predict N). ")
             + "The tuner's choice is "
