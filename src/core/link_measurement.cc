@@ -19,6 +19,7 @@ namespace weft::core {
 // 0's fit goes to every rank, so that all choose alike, and the choices made while algorithms
 // were forced are forgotten.
 Status Communicator::measureLinks() {
+  if (size() < 2) return Status::ok();  // nothing to time, nothing to choose
   const size_t cache = layout_.cacheBytesPerRank;
   const size_t memoryBytes = std::clamp(2 * cache, size_t{8} << 20, size_t{64} << 20);
   const size_t cachedBytes = cache / 4;  // send and receive buffers: half the share
