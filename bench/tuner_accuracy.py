@@ -167,6 +167,8 @@ def main():
         f"- tuner's choice never > 1.5x the best measured: "
         f"**{'MISSED' if bad_choices else 'INCOMPLETE' if unverified else 'MET'}**"
         + ("" if not bad_choices + unverified else " (" + "; ".join(bad_choices + unverified) + ")"),
+        "- the communicator ran the model's choice at every size: not checked (with --tune measure the model's "
+        "choice is the one the communicator logged)" if args.tune == "measure" else
         f"- the communicator ran the model's choice at every size: {'yes' if not mismatches else 'NO'}"
         + ("" if not mismatches else " (" + "; ".join(mismatches) + ")"),
     ]

@@ -414,4 +414,10 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
   const coll::FittedCosts same = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, 1 << 17, {});
   CHECK(same.link.alphaUs == coll::defaultSharedMemoryCost().alphaUs);
   CHECK(same.arena.alphaUs == coll::arenaCost().alphaUs);
+  // Sockets have no cache discount, and a timing in the cache does not give them one.
+  coll::CommLayout cachedLayout = layout;
+  cachedLayout.cacheBytesPerRank = size_t{16} << 20;
+  coll::MeasuredAllReduce inCache;
+  inCache.ringCached = {size_t{4} << 20, 1.0};
+  CHECK(coll::fitAllReduce(coll::defaultSocketCost(), cachedLayout, 1 << 19, inCache).link.inCacheFactor == 1.0);
 }

@@ -52,7 +52,7 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
     fitted.link.betaUsPerB = base.betaUsPerB * scale;
     fitted.link.gammaUsPerB = base.gammaUsPerB * scale;
   }
-  if (const Timing& t = measured.ringCached; t.us > 0 && layout.cacheBytesPerRank > 0) {
+  if (const Timing& t = measured.ringCached; t.us > 0 && layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
     fitted.link.inCacheFactor = solveRising(
         [&](double f) { return price(Algorithm::Ring, t.bytes, [&](FittedCosts& c) { c.link.inCacheFactor = f; }); },
         t.us, 0.05, 1.0);
