@@ -24,50 +24,33 @@ double solveRising(const std::function<double(double)>& rising, double target, d
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured) {
   FittedCosts fitted{link, layout.arenaLink};
-  // The model's price of `algorithm` for `bytes` with `edit` applied to a copy of what is fitted.
-  auto price = [&](Algorithm algorithm, size_t bytes, const std::function<void(FittedCosts&)>& edit) {
-    FittedCosts trial = fitted;
-    edit(trial);
-    CommLayout l = layout;
-    l.arenaLink = trial.arena;
-    return predictUs(trial.link, l, Collective::AllReduce, algorithm, bytes, chunkBytes);
+  // Sets one price (via `set`) so that the model's price of `algorithm` for t.bytes is t.us.
+  auto fit = [&](Algorithm algorithm, const Timing& t, double lo, double hi,
+                 const std::function<void(FittedCosts&, double)>& set) {
+    if (t.us <= 0) return;
+    auto price = [&](double x) {
+      FittedCosts trial = fitted;
+      set(trial, x);
+      CommLayout l = layout;
+      l.arenaLink = trial.arena;
+      return predictUs(trial.link, l, Collective::AllReduce, algorithm, t.bytes, chunkBytes);
+    };
+    set(fitted, solveRising(price, t.us, lo, hi));
   };
   // Each timing mostly moves one price, so one pass in this order settles them: the small
   // calls' bytes cost next to nothing, the large calls' messages little.
-  if (const Timing& t = measured.ringSmall; t.us > 0) {
-    fitted.link.alphaUs = solveRising(
-        [&](double alpha) { return price(Algorithm::Ring, t.bytes, [&](FittedCosts& c) { c.link.alphaUs = alpha; }); },
-        t.us, 0.01, 1e4);
-  }
-  if (const Timing& t = measured.ringMemory; t.us > 0) {
-    const LinkCost base = fitted.link;
-    const double scale = solveRising(
-        [&](double s) {
-          return price(Algorithm::Ring, t.bytes, [&](FittedCosts& c) {
-            c.link.betaUsPerB = base.betaUsPerB * s;
-            c.link.gammaUsPerB = base.gammaUsPerB * s;
-          });
-        },
-        t.us, 1e-3, 1e3);
-    fitted.link.betaUsPerB = base.betaUsPerB * scale;
-    fitted.link.gammaUsPerB = base.gammaUsPerB * scale;
-  }
-  if (const Timing& t = measured.ringCached; t.us > 0 && layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
-    fitted.link.inCacheFactor = solveRising(
-        [&](double f) { return price(Algorithm::Ring, t.bytes, [&](FittedCosts& c) { c.link.inCacheFactor = f; }); },
-        t.us, 0.05, 1.0);
+  fit(Algorithm::Ring, measured.ringSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.link.alphaUs = a; });
+  const LinkCost base = fitted.link;
+  fit(Algorithm::Ring, measured.ringMemory, 1e-3, 1e3, [&](FittedCosts& c, double s) {
+    c.link.betaUsPerB = base.betaUsPerB * s;
+    c.link.gammaUsPerB = base.gammaUsPerB * s;
+  });
+  if (layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
+    fit(Algorithm::Ring, measured.ringCached, 0.05, 1.0, [](FittedCosts& c, double f) { c.link.inCacheFactor = f; });
   }
   if (layout.arenaBytes == 0) return fitted;
-  if (const Timing& t = measured.arenaSmall; t.us > 0) {
-    fitted.arena.alphaUs = solveRising(
-        [&](double alpha) { return price(Algorithm::OneShot, t.bytes, [&](FittedCosts& c) { c.arena.alphaUs = alpha; }); },
-        t.us, 0.01, 1e4);
-  }
-  if (const Timing& t = measured.arenaLarge; t.us > 0) {
-    fitted.arena.betaUsPerB = solveRising(
-        [&](double beta) { return price(Algorithm::OneShot, t.bytes, [&](FittedCosts& c) { c.arena.betaUsPerB = beta; }); },
-        t.us, 1e-7, 1.0);
-  }
+  fit(Algorithm::OneShot, measured.arenaSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.arena.alphaUs = a; });
+  fit(Algorithm::OneShot, measured.arenaLarge, 1e-7, 1.0, [](FittedCosts& c, double b) { c.arena.betaUsPerB = b; });
   return fitted;
 }
 

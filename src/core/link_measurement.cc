@@ -6,7 +6,6 @@
 #include <chrono>
 #include <vector>
 
-#include "coll/arena_allreduce.h"
 #include "coll/cost_fit.h"
 #include "core/communicator.h"
 #include "util/log.h"
