@@ -239,6 +239,17 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
             }
             CHECK(roots == 1);
           }
+          // Within a host the two trees chain its ranks in opposite directions, so that with two
+          // ranks on a host each is a leaf in one tree: one rank reducing both halves doubles
+          // its work while the other waits.
+          for (int r = 0; r < n; ++r) {
+            const int up0 = plan.trees[0].parent[static_cast<size_t>(r)];
+            if (up0 < 0 || ranks[static_cast<size_t>(up0)].host != ranks[static_cast<size_t>(r)].host) continue;
+            CHECK(plan.trees[1].parent[static_cast<size_t>(up0)] == r);
+          }
+          if (hosts == 1 && perHost == 2) {
+            CHECK(plan.trees[0].root != plan.trees[1].root);
+          }
           // Transports: shared memory within a host, sockets between hosts; device buffers go
           // over CUDA IPC within a host and are staged between hosts.
           for (int a = 0; a < n; ++a) {

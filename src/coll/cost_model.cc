@@ -142,8 +142,9 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           return l.alphaUs + (n - 1) * (perPeer + b * (move + l.gammaUsPerB));
         }
         case Algorithm::Tree: {
-          // With two ranks each tree is one edge, and the two trees together move what the
-          // ring's two steps move (each rank reduces one half and sends the other).
+          // With two ranks each tree is one edge, rooted at either end (the planner chains a
+          // host's ranks both ways), and the two trees together move what the ring's two steps
+          // move: each rank reduces one half and sends the other.
           if (nranks == 2) return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, chunkBytes);
           // The planned double tree: half the bytes up and down each tree, both at once. A rank
           // interior in one tree (fanOut children) is a leaf in the other, so it handles about

@@ -174,23 +174,33 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
   ScratchSlots recvSlots(std::min(chunkElements, shape.count) * esize, 2 * static_cast<size_t>(pipeline.slots));
   ScheduleBuilder b(shape.inPlace);
   const size_t chunks = std::max(halves.chunks(0), halves.chunks(1));
-  for (size_t c = 0; c < chunks; ++c) {
+  // Per chunk, both halves go up before either comes down. A connection delivers in the order
+  // steps were emitted, so a rank's sends must come in the order its peer receives them: with
+  // each half's down right after its up, a rank that is a leaf in one tree could not send that
+  // tree's input before the other tree's sum had come down to it, and two ranks would take
+  // turns (a 2-rank tree measured 1.4x the ring, bench/results/2026-11-26-tuner-accuracy-*).
+  auto forEachHalf = [&](size_t c, auto&& step) {
     for (int half = 0; half < 2; ++half) {
       if (c >= halves.chunks(half)) continue;
-      const TreePosition& pos = trees[static_cast<size_t>(half)];
-      const size_t elements = halves.chunkElements(half, c);
-      const size_t offset = halves.chunkBegin(half, c) * esize;
-      const Region mine{Buffer::Recv, offset};
-      // Up: each interior rank accumulates its subtree's partial in its receive buffer.
-      treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, mine, elements);
-      // Down: the root's total (averaged there) replaces every partial.
-      if (pos.parent < 0) {
-        if (shape.average) b.divide(mine, elements, esize);
-      } else {
-        b.recv(pos.parent, mine, elements * esize);
-      }
-      for (int child : pos.children) b.send(child, mine, elements * esize);
+      step(trees[static_cast<size_t>(half)], halves.chunkElements(half, c), halves.chunkBegin(half, c) * esize);
     }
+  };
+  for (size_t c = 0; c < chunks; ++c) {
+    // Up: each interior rank accumulates its subtree's partial in its receive buffer; leaves
+    // first, so that the input a rank sends up one tree is not held behind its work in the other.
+    for (bool leaves : {true, false}) {
+      forEachHalf(c, [&](const TreePosition& pos, size_t elements, size_t offset) {
+        if (pos.children.empty() != leaves) return;
+        treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, {Buffer::Recv, offset}, elements);
+        if (pos.parent < 0 && shape.average) b.divide({Buffer::Recv, offset}, elements, esize);
+      });
+    }
+    // Down: the root's total replaces every partial.
+    forEachHalf(c, [&](const TreePosition& pos, size_t elements, size_t offset) {
+      const Region mine{Buffer::Recv, offset};
+      if (pos.parent >= 0) b.recv(pos.parent, mine, elements * esize);
+      for (int child : pos.children) b.send(child, mine, elements * esize);
+    });
   }
   return b.finish("tree", recvSlots.end());
 }

@@ -140,20 +140,27 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
     plan.channels.push_back(std::move(channel));
   }
 
-  // Trees: the double binary tree over hosts, each host's ranks chained below its first one.
+  // Trees: the double binary tree over hosts, each host's ranks chained below its first one in
+  // tree 0 and below its last one, the other way, in tree 1. So the chain's ends swap parts: on
+  // one host the root of one tree is the last leaf of the other, and each reduces its own half
+  // (with one chain for both, rank 0 reduced the whole buffer while the others waited).
   for (int which = 0; which < 2; ++which) {
     const Tree hostTree = doubleBinaryTree(plan.hosts)[static_cast<size_t>(which)];
     Tree& t = plan.trees[static_cast<size_t>(which)];
     t.parent.assign(static_cast<size_t>(n), -1);
     t.children.assign(static_cast<size_t>(n), {});
     for (int h = 0; h < plan.hosts; ++h) {
-      const auto& local = byHost[static_cast<size_t>(h)];
-      if (local.empty()) continue;
-      const int head = local.front();
+      std::vector<int> chain = byHost[static_cast<size_t>(h)];
+      if (chain.empty()) continue;
+      if (which == 1) std::reverse(chain.begin(), chain.end());
       const int up = hostTree.parent[static_cast<size_t>(h)];
-      if (up >= 0) t.parent[static_cast<size_t>(head)] = byHost[static_cast<size_t>(up)].front();
-      else t.root = head;
-      for (size_t i = 1; i < local.size(); ++i) t.parent[static_cast<size_t>(local[i])] = local[i - 1];
+      if (up >= 0) {
+        const auto& upper = byHost[static_cast<size_t>(up)];
+        t.parent[static_cast<size_t>(chain.front())] = which == 0 ? upper.front() : upper.back();
+      } else {
+        t.root = chain.front();
+      }
+      for (size_t i = 1; i < chain.size(); ++i) t.parent[static_cast<size_t>(chain[i])] = chain[i - 1];
     }
     for (int r = 0; r < n; ++r) {
       if (t.parent[static_cast<size_t>(r)] >= 0) t.children[static_cast<size_t>(t.parent[static_cast<size_t>(r)])].push_back(r);
