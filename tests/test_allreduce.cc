@@ -81,29 +81,32 @@ TEST_CASE("all-reduce: every dtype x op through each algorithm, several chunks",
   }
 }
 
-TEST_CASE("all-reduce: the ring streaming its output, over shared memory and sockets", "[allreduce][multiprocess]") {
-  // WEFT_STREAMING_MIN_BYTES=1 makes every out-of-place ring call write its output with
-  // streaming stores, as only calls larger than the cache do by default: full sums through
-  // scratch slots (divided there for Avg), the last step received straight into the output.
-  // The suites run this binary with WEFT_TRANSPORT set; the later tests get it back.
+TEST_CASE("all-reduce: the ring and the tree streaming their output, over shared memory and sockets",
+          "[allreduce][multiprocess]") {
+  // WEFT_STREAMING_MIN_BYTES=1 makes every out-of-place ring or tree call write its output with
+  // streaming stores, as only calls larger than the cache do by default: sums through scratch
+  // slots (divided there for Avg), sent on from there, and the last receive straight into the
+  // output. The suites run this binary with WEFT_TRANSPORT set; the later tests get it back.
   const char* suiteTransport = std::getenv("WEFT_TRANSPORT");
   const std::string restore = suiteTransport ? suiteTransport : "";
-  for (const char* transport : {"shm", "socket"}) {
-    for (int n : {2, 3}) {
-      DYNAMIC_SECTION(transport << " on " << n << " ranks") {
-        setenv("WEFT_TRANSPORT", transport, 1);
-        setenv("WEFT_ALGO", "ring", 1);
-        setenv("WEFT_CHUNK_BYTES", "1K", 1);
-        setenv("WEFT_STREAMING_MIN_BYTES", "1", 1);
-        auto outcomes = runRanks(n, [](RankContext& ctx) { return allCombinationsBody(ctx, {1, 3, 1000, 4099}); });
-        for (const char* name : {"WEFT_ALGO", "WEFT_CHUNK_BYTES", "WEFT_STREAMING_MIN_BYTES"}) unsetenv(name);
-        if (suiteTransport) {
-          setenv("WEFT_TRANSPORT", restore.c_str(), 1);
-        } else {
-          unsetenv("WEFT_TRANSPORT");
+  for (const char* algo : {"ring", "tree"}) {
+    for (const char* transport : {"shm", "socket"}) {
+      for (int n : {2, 3}) {
+        DYNAMIC_SECTION(algo << " over " << transport << " on " << n << " ranks") {
+          setenv("WEFT_TRANSPORT", transport, 1);
+          setenv("WEFT_ALGO", (std::string("allreduce:") + algo).c_str(), 1);
+          setenv("WEFT_CHUNK_BYTES", "1K", 1);
+          setenv("WEFT_STREAMING_MIN_BYTES", "1", 1);
+          auto outcomes = runRanks(n, [](RankContext& ctx) { return allCombinationsBody(ctx, {1, 3, 1000, 4099}); });
+          for (const char* name : {"WEFT_ALGO", "WEFT_CHUNK_BYTES", "WEFT_STREAMING_MIN_BYTES"}) unsetenv(name);
+          if (suiteTransport) {
+            setenv("WEFT_TRANSPORT", restore.c_str(), 1);
+          } else {
+            unsetenv("WEFT_TRANSPORT");
+          }
+          INFO(describeFailures(outcomes));
+          for (const auto& o : outcomes) CHECK(o.exitCode == 0);
         }
-        INFO(describeFailures(outcomes));
-        for (const auto& o : outcomes) CHECK(o.exitCode == 0);
       }
     }
   }

@@ -171,7 +171,14 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
   const size_t esize = shape.elementSize;
   const size_t chunkElements = chunkElementsFor(pipeline.chunkBytes, esize);
   const BlockLayout halves = BlockLayout::balanced(shape.count, 2, chunkElements);
-  ScratchSlots recvSlots(std::min(chunkElements, shape.count) * esize, 2 * static_cast<size_t>(pipeline.slots));
+  const size_t slotBytes = std::min(chunkElements, shape.count) * esize;
+  ScratchSlots recvSlots(slotBytes, 2 * static_cast<size_t>(pipeline.slots));
+  // A large call out of place streams its output, as the ring does (schedules.h): partials and
+  // sums stay in scratch, are sent on from there, and reach the output with streaming stores;
+  // a leaf receives the sum straight into the output with them. Otherwise partials and sums
+  // live in the output, which the sum coming down overwrites.
+  const bool stream = !shape.inPlace && shape.bytes() >= pipeline.streamingMinBytes;
+  ScratchSlots sums(slotBytes, stream ? 4 * static_cast<size_t>(pipeline.slots) : 0, recvSlots.capacity());
   ScheduleBuilder b(shape.inPlace);
   const size_t chunks = std::max(halves.chunks(0), halves.chunks(1));
   // Per chunk, both halves go up before either comes down. A connection delivers in the order
@@ -182,27 +189,44 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
   auto forEachHalf = [&](size_t c, auto&& step) {
     for (int half = 0; half < 2; ++half) {
       if (c >= halves.chunks(half)) continue;
-      step(trees[static_cast<size_t>(half)], halves.chunkElements(half, c), halves.chunkBegin(half, c) * esize);
+      step(half, trees[static_cast<size_t>(half)], halves.chunkElements(half, c), halves.chunkBegin(half, c) * esize);
     }
   };
+  std::array<Region, 2> total;  // where each half's chunk sum is, at the root
   for (size_t c = 0; c < chunks; ++c) {
-    // Up: each interior rank accumulates its subtree's partial in its receive buffer; leaves
-    // first, so that the input a rank sends up one tree is not held behind its work in the other.
+    // Up: each interior rank accumulates its subtree's partial; leaves first, so that the input
+    // a rank sends up one tree is not held behind its work in the other.
     for (bool leaves : {true, false}) {
-      forEachHalf(c, [&](const TreePosition& pos, size_t elements, size_t offset) {
+      forEachHalf(c, [&](int half, const TreePosition& pos, size_t elements, size_t offset) {
         if (pos.children.empty() != leaves) return;
-        treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, {Buffer::Recv, offset}, elements);
-        if (pos.parent < 0 && shape.average) b.divide({Buffer::Recv, offset}, elements, esize);
+        const Region acc = stream ? sums.next() : Region{Buffer::Recv, offset};
+        total[static_cast<size_t>(half)] = treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, acc, elements);
+        if (pos.parent < 0 && shape.average) b.divide(acc, elements, esize);
       });
     }
     // Down: the root's total replaces every partial.
-    forEachHalf(c, [&](const TreePosition& pos, size_t elements, size_t offset) {
-      const Region mine{Buffer::Recv, offset};
-      if (pos.parent >= 0) b.recv(pos.parent, mine, elements * esize);
-      for (int child : pos.children) b.send(child, mine, elements * esize);
+    forEachHalf(c, [&](int half, const TreePosition& pos, size_t elements, size_t offset) {
+      const Region output{Buffer::Recv, offset};
+      const size_t bytes = elements * esize;
+      if (!stream) {
+        if (pos.parent >= 0) b.recv(pos.parent, output, bytes);
+        for (int child : pos.children) b.send(child, output, bytes);
+        return;
+      }
+      if (pos.children.empty()) {
+        b.recv(pos.parent, output, bytes, true);
+        return;
+      }
+      Region sum = total[static_cast<size_t>(half)];
+      if (pos.parent >= 0) {
+        sum = sums.next();
+        b.recv(pos.parent, sum, bytes);
+      }
+      for (int child : pos.children) b.send(child, sum, bytes);
+      b.copy(output, sum, bytes, true);
     });
   }
-  return b.finish("tree", recvSlots.end());
+  return b.finish("tree", stream ? sums.end() : recvSlots.end());
 }
 
 }  // namespace weft::coll
