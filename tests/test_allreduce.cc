@@ -113,7 +113,7 @@ TEST_CASE("all-reduce: the ring and the tree streaming their output, over shared
 }
 
 TEST_CASE("all-reduce: large messages through every algorithm and the ring pipeline", "[allreduce][multiprocess]") {
-  for (const char* algo : {"ring", "rd", "oneshot"}) {
+  for (const char* algo : {"ring", "tree", "rd", "oneshot"}) {
     for (int n : {2, 3, 4}) {
       DYNAMIC_SECTION(algo << " on " << n << " ranks") {
         setenv("WEFT_ALGO", algo, 1);

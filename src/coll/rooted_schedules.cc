@@ -178,33 +178,40 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
   // a leaf receives the sum straight into the output with them. Otherwise partials and sums
   // live in the output, which the sum coming down overwrites.
   const bool stream = !shape.inPlace && shape.bytes() >= pipeline.streamingMinBytes;
-  ScratchSlots sums(slotBytes, stream ? 4 * static_cast<size_t>(pipeline.slots) : 0, recvSlots.capacity());
-  ScheduleBuilder b(shape.inPlace);
+  // A chunk comes down `lag` chunks after it went up (see below), and at the root its sum waits
+  // for that in scratch: a slot per half for each chunk in flight, and one each for partials on
+  // their way up and sums on their way down.
   const size_t chunks = std::max(halves.chunks(0), halves.chunks(1));
-  // Per chunk, both halves go up before either comes down. A connection delivers in the order
-  // steps were emitted, so a rank's sends must come in the order its peer receives them: with
-  // each half's down right after its up, a rank that is a leaf in one tree could not send that
-  // tree's input before the other tree's sum had come down to it, and two ranks would take
-  // turns (a 2-rank tree measured 1.4x the ring, bench/results/2026-11-26-tuner-accuracy-*).
+  const size_t lag = std::min(chunks, 2 * static_cast<size_t>(std::max(1, shape.rankOrder().treeDepth(shape.nranks))));
+  ScratchSlots sums(slotBytes, stream ? 3 * (lag + 2) : 0, recvSlots.capacity());
+  ScheduleBuilder b(shape.inPlace);
+  // A connection delivers in the order steps were emitted, so a rank's sends go in the order
+  // its peer receives them, and the two trees share every connection (on one host they chain
+  // the ranks in opposite directions). Were a chunk's down emitted right after its up, the
+  // next chunk's up would queue behind the round trip to the root and back: the trees would
+  // take turns, not pipeline (a 2-rank tree measured 1.4x the ring; 8 ranks 2x). So a chunk
+  // comes down `lag` chunks later, about the round trip's hops; and up both trees, leaves
+  // first, so that the input a rank sends up one tree is not held behind its work in the other.
   auto forEachHalf = [&](size_t c, auto&& step) {
     for (int half = 0; half < 2; ++half) {
       if (c >= halves.chunks(half)) continue;
       step(half, trees[static_cast<size_t>(half)], halves.chunkElements(half, c), halves.chunkBegin(half, c) * esize);
     }
   };
-  std::array<Region, 2> total;  // where each half's chunk sum is, at the root
-  for (size_t c = 0; c < chunks; ++c) {
-    // Up: each interior rank accumulates its subtree's partial; leaves first, so that the input
-    // a rank sends up one tree is not held behind its work in the other.
+  std::vector<std::array<Region, 2>> total(chunks);  // where each chunk's sums are, at a root
+  auto up = [&](size_t c) {
     for (bool leaves : {true, false}) {
       forEachHalf(c, [&](int half, const TreePosition& pos, size_t elements, size_t offset) {
         if (pos.children.empty() != leaves) return;
+        // Each interior rank accumulates its subtree's partial.
         const Region acc = stream ? sums.next() : Region{Buffer::Recv, offset};
-        total[static_cast<size_t>(half)] = treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, acc, elements);
+        total[c][static_cast<size_t>(half)] = treeReduceChunk(b, shape, pos, recvSlots, {Buffer::Send, offset}, acc, elements);
         if (pos.parent < 0 && shape.average) b.divide(acc, elements, esize);
       });
     }
-    // Down: the root's total replaces every partial.
+  };
+  // The root's total replaces every partial.
+  auto down = [&](size_t c) {
     forEachHalf(c, [&](int half, const TreePosition& pos, size_t elements, size_t offset) {
       const Region output{Buffer::Recv, offset};
       const size_t bytes = elements * esize;
@@ -217,7 +224,7 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
         b.recv(pos.parent, output, bytes, true);
         return;
       }
-      Region sum = total[static_cast<size_t>(half)];
+      Region sum = total[c][static_cast<size_t>(half)];
       if (pos.parent >= 0) {
         sum = sums.next();
         b.recv(pos.parent, sum, bytes);
@@ -225,6 +232,10 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
       for (int child : pos.children) b.send(child, sum, bytes);
       b.copy(output, sum, bytes, true);
     });
+  };
+  for (size_t c = 0; c < chunks + lag; ++c) {
+    if (c < chunks) up(c);
+    if (c >= lag) down(c - lag);
   }
   return b.finish("tree", stream ? sums.end() : recvSlots.end());
 }
