@@ -180,10 +180,11 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
   const bool stream = !shape.inPlace && shape.bytes() >= pipeline.streamingMinBytes;
   // A chunk comes down `lag` chunks after it went up (see below), and at the root its sum waits
   // for that in scratch: a slot per half for each chunk in flight, and one each for partials on
-  // their way up and sums on their way down.
+  // their way up and sums on their way down; for deep trees at most 8 chunks' worth (30 slots),
+  // beyond which a slot's reuse waits for its last use to finish.
   const size_t chunks = std::max(halves.chunks(0), halves.chunks(1));
   const size_t lag = std::min(chunks, 2 * static_cast<size_t>(std::max(1, shape.rankOrder().treeDepth(shape.nranks))));
-  ScratchSlots sums(slotBytes, stream ? 3 * (lag + 2) : 0, recvSlots.capacity());
+  ScratchSlots sums(slotBytes, stream ? 3 * (std::min<size_t>(lag, 8) + 2) : 0, recvSlots.capacity());
   ScheduleBuilder b(shape.inPlace);
   // A connection delivers in the order steps were emitted, so a rank's sends go in the order
   // its peer receives them, and the two trees share every connection (on one host they chain
