@@ -54,9 +54,9 @@ Status Communicator::measureLinks() {
   Status status = time(Algorithm::Ring, 1024, 20, 100, &measured.ringSmall);
   if (status.isOk() && timeCached) status = time(Algorithm::Ring, cachedBytes, 5, 20, &measured.ringCached);
   if (status.isOk() && timeMemory) status = time(Algorithm::Ring, memoryBytes, 2, 3, &measured.ringMemory);
-  if (status.isOk() && layout_.arenaBytes > 0) status = time(Algorithm::OneShot, 8, 20, 100, &measured.arenaSmall);
   if (status.isOk() && layout_.arenaBytes > 0) {
-    status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 100, &measured.arenaLarge);
+    status = time(Algorithm::OneShot, 8, 20, 100, &measured.arenaSmall);
+    if (status.isOk()) status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 100, &measured.arenaLarge);
   }
   tuning_ = saved;
   forgetChoices();
