@@ -144,6 +144,10 @@ Result<TuningConfig> loadTuningConfig() {
   return config;
 }
 
+void chooseChunkBytes(TuningConfig* config, bool anySocket) {
+  if (!config->chunkBytesSet) config->pipeline.chunkBytes = anySocket ? kSocketChunkBytes : kSharedMemoryChunkBytes;
+}
+
 Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
                           Collective collective, size_t bytes) {
   const int nranks = layout.nranks;

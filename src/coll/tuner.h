@@ -35,6 +35,11 @@ struct TuningConfig {
 
 Result<TuningConfig> loadTuningConfig();
 
+// The chunk a communicator pipelines with, unless WEFT_CHUNK_BYTES set it: by the slowest link
+// any pair uses (kSocketChunkBytes where one is a socket, else kSharedMemoryChunkBytes). Init
+// and weft-topo --predict both take it from here, so their predictions agree.
+void chooseChunkBytes(TuningConfig* config, bool anySocket);
+
 // A digest of `config`: ranks whose settings differ would choose different algorithms or chunk
 // sizes for one call, so init compares every rank's (WEFT_ALGO, WEFT_TUNE, WEFT_CHUNK_BYTES and
 // the WEFT_*_MAX_BYTES caps).

@@ -155,9 +155,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   bool anySocket = false;
   for (const auto& r : plan.transport) anySocket = anySocket || std::count(r.begin(), r.end(), plan::Transport::Socket) > 0;
   communicator->link_ = anySocket ? coll::defaultSocketCost() : coll::defaultSharedMemoryCost();
-  if (!tuning.chunkBytesSet) {
-    communicator->tuning_.pipeline.chunkBytes = anySocket ? coll::kSocketChunkBytes : coll::kSharedMemoryChunkBytes;
-  }
+  coll::chooseChunkBytes(&communicator->tuning_, anySocket);
   if (tuning.measureLinks) WEFT_TRY(communicator->measureLinks());
   if (numa >= 0) communicator->progressCpus_ = host->numaNodes[static_cast<size_t>(numa)].cpus;
   return communicator;

@@ -38,11 +38,13 @@ void usage() {
 // them there: the planned trees and the host's crowding included.
 int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLinks) {
   using namespace weft::coll;
-  auto config = loadTuningConfig();
-  if (!config.isOk()) {
-    std::fprintf(stderr, "weft-topo: %s\n", config.status().message().c_str());
+  auto loaded = loadTuningConfig();
+  if (!loaded.isOk()) {
+    std::fprintf(stderr, "weft-topo: %s\n", loaded.status().message().c_str());
     return 1;
   }
+  TuningConfig config = loaded.value();
+  chooseChunkBytes(&config, socketLinks);
   std::vector<weft::plan::RankPlacement> ranks;
   for (int l = 0; l < n; ++l) ranks.push_back(weft::plan::placeRank(host, -1, -1, l));
   const auto plan = weft::plan::makePlan(ranks);
@@ -55,10 +57,10 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
     std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);
     for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
       std::printf(", \"%s\": %.3f", algorithmName(a),
-                  predictUs(link, layout, Collective::AllReduce, a, bytes, config.value().pipeline.chunkBytes));
+                  predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes));
     }
     std::printf(", \"choice\": \"%s\"}\n",
-                algorithmName(chooseAlgorithm(config.value(), link, layout, Collective::AllReduce, bytes)));
+                algorithmName(chooseAlgorithm(config, link, layout, Collective::AllReduce, bytes)));
   }
   return 0;
 }

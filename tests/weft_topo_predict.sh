@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# weft-topo --predict prices every all-reduce algorithm as a communicator on this machine does:
+# the same layout and the same pipeline chunk (bench/tuner_accuracy.py takes its defaults-mode
+# predictions from the tool, so a difference would mis-score the model). For 2 and 4 ranks over
+# shared memory and 2 over sockets, each size's "ring", "tree", ... from the tool must equal,
+# to the INFO line's 0.1 us, what the ranks logged at WEFT_DEBUG=INFO for that size.
+#   weft_topo_predict.sh BIN_DIR
+set -euo pipefail
+bin=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/weft-predict.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+check() {  # ranks, transport (shm|socket), then weft-topo's extra flags
+  local n=$1 transport=$2
+  shift 2
+  "$bin/weft-topo" --predict "$n" "$@" > "$work/tool" ||
+    { echo "weft-topo --predict $n $* failed"; exit 1; }
+  WEFT_DEBUG=INFO WEFT_TRANSPORT=$transport WEFT_TUNE=defaults "$bin/weftrun" -n "$n" --timeout 120 \
+    "$bin/weft-perf" allreduce -b 8 -e 4M -f 16 -n 1 -w 0 -c 0 > "$work/ranks" 2>&1 ||
+    { echo "weft-perf on $n ranks ($transport) failed:"; cat "$work/ranks"; exit 1; }
+  # "all-reduce of B bytes on N ranks, predicted: ring 12.1 us, tree 13.0 us, ..." against
+  # {"nranks": N, "size": B, "ring": 12.061, "tree": 12.954, ...}.
+  python3 - "$work/tool" "$work/ranks" "$n $transport" <<'EOF'
+import json, re, sys
+tool = {}
+for line in open(sys.argv[1]):
+    row = json.loads(line)
+    tool[row["size"]] = row
+logged = 0
+for line in open(sys.argv[2]):
+    m = re.search(r"all-reduce of (\d+) bytes on \d+ ranks, predicted: (.*)", line)
+    if not m or int(m.group(1)) not in tool:
+        continue
+    for name, us in re.findall(r"([a-z-]+) ([0-9.]+) us", m.group(2)):
+        want = tool[int(m.group(1))][name]
+        if abs(float(us) - want) > 0.051:
+            sys.exit(f"{sys.argv[3]}: {m.group(1)} bytes: the ranks predicted {name} {us} us, weft-topo {want:.3f}")
+        logged += 1
+if logged == 0:
+    sys.exit(f"{sys.argv[3]}: no all-reduce prediction logged at WEFT_DEBUG=INFO")
+print(f"{sys.argv[3]}: {logged} predictions agree")
+EOF
+}
+
+check 2 shm
+check 4 shm
+check 2 socket --socket
