@@ -146,17 +146,25 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           // host's ranks both ways), and the two trees together move what the ring's two steps
           // move: each rank reduces one half and sends the other.
           if (nranks == 2) return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, chunkBytes);
-          // The planned double tree: half the bytes up and down each tree, both at once. A rank
-          // interior in one tree (fanOut children) is a leaf in the other, so it handles about
-          // (fanOut + 1) / 2 bytes per byte of the buffer. The first chunk climbs and descends
-          // alone, at the uncrowded rate; behind it the way up and the way down overlap, as far
-          // as idle CPU time allows: fully with a CPU per rank, less as ranks crowd the CPUs.
-          const double hops = 2.0 * std::max(1, layout.treeDepth);
-          const double share = 0.5 * (std::max(1, layout.treeFanOut) + 1);
+          // The planned double tree, half the buffer up and down each, a hop priced as a ring
+          // step is: the receiver's work (the sender's copy overlaps it).
+          // - The first chunk climbs `depth` hops, each parent reducing what its children sent
+          //   ((fanOut + 1) / 2 of them on average along the way: a chain's one, a host tree's up
+          //   to fanOut), and descends as many, a copy each. Crowded rates: the waiting ranks
+          //   spin on the shared CPUs, so that few work at once gives them no more.
+          // - Behind it each chunk costs the busiest rank a reduction and a copy of the whole
+          //   chunk (a chain's rank is interior in both trees; a double tree's, with fanOut
+          //   children in one, is a leaf in the other), at the uncrowded rates; or, where ranks
+          //   share CPUs, every rank's work together: the chains' total is the ring's, (n-1)/n
+          //   of a chunk each, k times over.
+          const double f = std::max(1, layout.treeFanOut);
           const double piece = std::min(b, chunk);
-          const double fill = hops * (l.alphaUs + piece * share * 0.5 * (2 * link.betaUsPerB + link.gammaUsPerB));
-          const double overlapped = std::max(reduce, move) + std::min(reduce, move) * (1.0 - 1.0 / k);
-          return fill + (std::ceil(b / piece) - 1) * (l.alphaUs + piece * share * overlapped);
+          const double reduceUncrowded = link.betaUsPerB + link.gammaUsPerB, moveUncrowded = link.betaUsPerB;
+          const double fill = std::max(1, layout.treeDepth) *
+                              (2 * l.alphaUs + 0.5 * piece * (0.5 * (f + 1) * reduce + move));
+          const double busiest = piece * (std::max(1.0, f / 2) * reduceUncrowded + moveUncrowded);
+          const double shared = (n - 1) / n * piece * (reduce + move);
+          return fill + (std::ceil(b / piece) - 1) * (l.alphaUs + std::max(busiest, shared));
         }
         default: return 1e30;
       }
