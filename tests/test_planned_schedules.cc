@@ -307,6 +307,44 @@ TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks
   CHECK(plan::ranksPerCpu(interleaved(1, 8, 0)) == 1.0);
 }
 
+TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the ring keeps the ring", "[tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  const coll::LinkCost link = coll::defaultSharedMemoryCost();
+  coll::TuningConfig config;
+  config.pipeline.chunkBytes = coll::kSharedMemoryChunkBytes;
+  auto price = [&](const coll::CommLayout& layout, Algorithm a, size_t bytes) {
+    return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes);
+  };
+  // A CPU per rank: behind the first chunk a chain's interior rank reduces and copies every
+  // chunk, where a ring's rank handles (n-1)/n of the buffer, so many chunks cost 4/3 as much.
+  const auto roomy = interleaved(1, 4, 4);
+  const coll::CommLayout spacious = coll::layoutOf(plan::rankOrderOf(plan::makePlan(roomy)), 4, plan::ranksPerCpu(roomy));
+  const size_t large = size_t{64} << 20;
+  CHECK(price(spacious, Algorithm::Tree, large) / price(spacious, Algorithm::Ring, large) == Approx(4.0 / 3).epsilon(0.02));
+  // Two ranks a CPU: the chains' work together is the ring's, and the first chunk's hops run
+  // at the uncrowded rate while the waiting ranks yield. Up to one chunk this prices the tree
+  // exactly as the ring, and the tuner keeps the ring.
+  const auto crowded = interleaved(1, 4, 2);
+  const coll::CommLayout shared =
+      coll::layoutOf(plan::rankOrderOf(plan::makePlan(crowded)), 4, plan::ranksPerCpu(crowded));
+  for (size_t bytes : {size_t{32} << 10, size_t{128} << 10}) {
+    CHECK(price(shared, Algorithm::Tree, bytes) == Approx(price(shared, Algorithm::Ring, bytes)));
+    // Whichever way rounding tips the tie, for link costs such as WEFT_TUNE=measure may fit.
+    int treeChosen = 0;
+    for (double alpha : {0.5, 0.9, 1.1, 1.7, 2.3, 3.1}) {
+      for (double gbps : {1.3, 2.9, 4.5, 7.7, 11.0}) {
+        for (double cached : {0.3, 0.45, 0.7}) {
+          const coll::LinkCost fitted{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), cached};
+          treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes) == Algorithm::Tree;
+        }
+      }
+    }
+    CHECK(treeChosen == 0);
+  }
+  CHECK(price(shared, Algorithm::Tree, large) == Approx(price(shared, Algorithm::Ring, large)).epsilon(0.05));
+}
+
 TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's share of the cache", "[planner][tuner]") {
   using coll::Algorithm;
   using coll::Collective;

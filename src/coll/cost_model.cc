@@ -150,8 +150,10 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           // step is: the receiver's work (the sender's copy overlaps it).
           // - The first chunk climbs `depth` hops, each parent reducing what its children sent
           //   ((fanOut + 1) / 2 of them on average along the way: a chain's one, a host tree's up
-          //   to fanOut), and descends as many, a copy each. Crowded rates: the waiting ranks
-          //   spin on the shared CPUs, so that few work at once gives them no more.
+          //   to fanOut), and descends as many, a copy each. Few ranks work at once then, and
+          //   the waiting ones yield their CPUs (sched_yield while they spin), so at the
+          //   uncrowded rates (8 ranks on 2 cores: 128 KiB in 234 us, where crowded rates
+          //   would say 560).
           // - Behind it each chunk costs the busiest rank a reduction and a copy of the whole
           //   chunk (a chain's rank is interior in both trees; a double tree's, with fanOut
           //   children in one, is a leaf in the other), at the uncrowded rates; or, where ranks
@@ -161,7 +163,7 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           const double piece = std::min(b, chunk);
           const double reduceUncrowded = link.betaUsPerB + link.gammaUsPerB, moveUncrowded = link.betaUsPerB;
           const double fill = std::max(1, layout.treeDepth) *
-                              (2 * l.alphaUs + 0.5 * piece * (0.5 * (f + 1) * reduce + move));
+                              (2 * l.alphaUs + 0.5 * piece * (0.5 * (f + 1) * reduceUncrowded + moveUncrowded));
           const double busiest = piece * (std::max(1.0, f / 2) * reduceUncrowded + moveUncrowded);
           const double shared = (n - 1) / n * piece * (reduce + move);
           return fill + (std::ceil(b / piece) - 1) * (l.alphaUs + std::max(busiest, shared));
