@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Re-scores a defaults-mode record of bench/tuner_accuracy.py against this build's model.
+
+The measured times in a record stay valid when only the model changes, so its ring and tree
+rows can be scored again without the machine: each size's predictions come from this build's
+`weft-topo --predict N`. For a record made elsewhere, give that host's shape as an hwloc
+synthetic description, which weft-topo reads through HWLOC_SYNTHETIC (for the 16-CPU GPU
+machines: "pack:1 l3:1(size=300MiB) core:16 pu:1"). Prints the rows whose prediction moved by
+more than 2%, then the count within 25% as recorded and as re-scored.
+
+    bench/tuner_rescore.py RECORD.md [--synthetic DESCRIPTION]   (BUILD_DIR: default build/)
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
+
+
+def predictions(nranks, synthetic):
+    env = dict(os.environ)
+    if synthetic:
+        env["HWLOC_SYNTHETIC"] = synthetic
+    out = subprocess.run([os.path.join(BUILD, "bin", "weft-topo"), "--predict", str(nranks)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return {row["size"]: row for row in map(json.loads, out.splitlines())}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("record")
+    parser.add_argument("--synthetic", default="", help="the recorded host as an hwloc synthetic topology")
+    args = parser.parse_args()
+    recorded, rescored, pred = [], [], None
+    for line in open(args.record, encoding="utf-8"):
+        section = re.match(r"## (\d+) ranks", line)
+        if section:
+            nranks = int(section.group(1))
+            pred = predictions(nranks, args.synthetic)
+            continue
+        row = re.match(r"\| (\d+) (B|KiB|MiB) \| ([\d.]+) / ([\d.]+) \| ([\d.]+) / ([\d.]+) \|", line)
+        if not (pred and row):
+            continue
+        size = int(row.group(1)) * UNITS[row.group(2)]
+        for algo, measured, was in (("ring", row.group(3), row.group(4)), ("tree", row.group(5), row.group(6))):
+            measured, was, now = float(measured), float(was), pred[size][algo]
+            recorded.append(abs(was - measured) / measured)
+            rescored.append(abs(now - measured) / measured)
+            if abs(now - was) > 0.02 * was:
+                print(f"{nranks} ranks, {row.group(1)} {row.group(2)}, {algo}: measured {measured}, "
+                      f"predicted {was} then, {now:.1f} now")
+    if not recorded:
+        sys.exit(f"{args.record}: no ring and tree rows found")
+    for name, errors in (("as recorded", recorded), ("re-scored", rescored)):
+        errors.sort()
+        print(f"{name}: {sum(e <= 0.25 for e in errors)} of {len(errors)} within 25%, "
+              f"median error {errors[len(errors) // 2]:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
