@@ -317,32 +317,41 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
     return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes);
   };
   // A CPU per rank: behind the first chunk a chain's interior rank reduces and copies every
-  // chunk, where a ring's rank handles (n-1)/n of the buffer, so many chunks cost 4/3 as much.
+  // chunk, where a ring's rank handles (n-1)/n of the buffer, so many chunks cost about 4/3 as
+  // much (a little less: the tree's steps are twice the ring's chunks, so it waits fewer times).
   const auto roomy = interleaved(1, 4, 4);
   const coll::CommLayout spacious = coll::layoutOf(plan::rankOrderOf(plan::makePlan(roomy)), 4, plan::ranksPerCpu(roomy));
   const size_t large = size_t{64} << 20;
-  CHECK(price(spacious, Algorithm::Tree, large) / price(spacious, Algorithm::Ring, large) == Approx(4.0 / 3).epsilon(0.02));
-  // Two ranks a CPU: the chains' work together is the ring's, and the first chunk's hops run
-  // at the uncrowded rate while the waiting ranks yield. Up to one chunk this prices the tree
-  // exactly as the ring, and the tuner keeps the ring.
-  const auto crowded = interleaved(1, 4, 2);
-  const coll::CommLayout shared =
-      coll::layoutOf(plan::rankOrderOf(plan::makePlan(crowded)), 4, plan::ranksPerCpu(crowded));
-  for (size_t bytes : {size_t{32} << 10, size_t{128} << 10}) {
-    CHECK(price(shared, Algorithm::Tree, bytes) == Approx(price(shared, Algorithm::Ring, bytes)));
-    // Whichever way rounding tips the tie, for link costs such as WEFT_TUNE=measure may fit.
-    int treeChosen = 0;
-    for (double alpha : {0.5, 0.9, 1.1, 1.7, 2.3, 3.1}) {
-      for (double gbps : {1.3, 2.9, 4.5, 7.7, 11.0}) {
-        for (double cached : {0.3, 0.45, 0.7}) {
-          const coll::LinkCost fitted{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), cached};
-          treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes) == Algorithm::Tree;
+  CHECK(price(spacious, Algorithm::Tree, large) / price(spacious, Algorithm::Ring, large) == Approx(4.0 / 3).epsilon(0.03));
+  // A host with 2 CPUs: the chains' work together is the ring's, and the first step's two
+  // working ranks have a CPU each while the waiting ones yield. Up to one step (a chunk of each
+  // half) this prices the tree exactly as the ring on any number of ranks, and the tuner keeps
+  // the ring, whichever way rounding tips the tie, for link costs WEFT_TUNE=measure may fit.
+  for (int n : {3, 4, 8}) {
+    const auto crowded = interleaved(1, n, 2);
+    coll::CommLayout shared =
+        coll::layoutOf(plan::rankOrderOf(plan::makePlan(crowded)), n, plan::ranksPerCpu(crowded));
+    shared.cacheBytesPerRank = size_t{1} << 20;  // 32 KiB in cache, 256 KiB between the rates
+    for (size_t bytes : {size_t{32} << 10, size_t{256} << 10}) {
+      CHECK(price(shared, Algorithm::Tree, bytes) == Approx(price(shared, Algorithm::Ring, bytes)));
+      int treeChosen = 0;
+      for (double alpha : {0.5, 0.9, 1.1, 1.7, 2.3, 3.1}) {
+        for (double gbps : {1.3, 2.9, 4.5, 7.7, 11.0}) {
+          for (double cached : {0.3, 0.45, 0.7}) {
+            const coll::LinkCost fitted{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), cached};
+            treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes) == Algorithm::Tree;
+          }
         }
       }
+      CHECK(treeChosen == 0);
     }
-    CHECK(treeChosen == 0);
   }
-  CHECK(price(shared, Algorithm::Tree, large) == Approx(price(shared, Algorithm::Ring, large)).epsilon(0.05));
+  // One CPU for all: the first step's two working ranks share it too, so the tree's one step
+  // costs the CPU what the ring's do, not half.
+  const auto single = interleaved(1, 4, 1);
+  const coll::CommLayout one = coll::layoutOf(plan::rankOrderOf(plan::makePlan(single)), 4, plan::ranksPerCpu(single));
+  CHECK(price(one, Algorithm::Tree, size_t{32} << 10) == Approx(price(one, Algorithm::Ring, size_t{32} << 10)));
+  CHECK(coll::chooseAlgorithm(config, link, one, Collective::AllReduce, size_t{32} << 10) != Algorithm::Tree);
 }
 
 TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's share of the cache", "[planner][tuner]") {

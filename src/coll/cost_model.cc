@@ -146,24 +146,27 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           // host's ranks both ways), and the two trees together move what the ring's two steps
           // move: each rank reduces one half and sends the other.
           if (nranks == 2) return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, chunkBytes);
-          // The planned double tree, half the buffer up and down each, a hop priced as a ring
-          // step is: the receiver's work (the sender's copy overlaps it).
-          // - The first chunk climbs `depth` hops, each parent reducing what its children sent
+          // The planned double tree: each half of the buffer up and down its tree in chunks,
+          // the two trees' chunks in step (a step moves a chunk of each half: `piece`). A hop is
+          // priced as a ring step is: a crowded wait, then the receiver's work (the sender's
+          // copy overlaps it).
+          // - The first step climbs `depth` hops, each parent reducing what its children sent
           //   ((fanOut + 1) / 2 of them on average along the way: a chain's one, a host tree's up
-          //   to fanOut), and descends as many, a copy each. Few ranks work at once then, and
-          //   the waiting ones yield their CPUs (sched_yield while they spin), so at the
-          //   uncrowded rates (8 ranks on 2 cores: 128 KiB in 234 us, where crowded rates
-          //   would say 560).
-          // - Behind it each chunk costs the busiest rank a reduction and a copy of the whole
-          //   chunk (a chain's rank is interior in both trees; a double tree's, with fanOut
+          //   to fanOut), and descends as many, a copy each. Two ranks work at once then, one
+          //   per tree, and the waiting ones yield their CPUs (sched_yield while they spin), so
+          //   bytes move at the uncrowded rate wherever the host has two CPUs for them (8 ranks
+          //   on 2 cores: 128 KiB in 234 us, where the crowded rate would say 560).
+          // - Behind it each step costs the busiest rank a reduction and a copy of the whole
+          //   piece (a chain's rank is interior in both trees; a double tree's, with fanOut
           //   children in one, is a leaf in the other), at the uncrowded rates; or, where ranks
           //   share CPUs, every rank's work together: the chains' total is the ring's, (n-1)/n
-          //   of a chunk each, k times over.
+          //   of the piece each, k times over.
           const double f = std::max(1, layout.treeFanOut);
-          const double piece = std::min(b, chunk);
+          const double piece = std::min(b, 2 * chunk);
           const double reduceUncrowded = link.betaUsPerB + link.gammaUsPerB, moveUncrowded = link.betaUsPerB;
+          const double twoAtOnce = std::max(1.0, 2 * k / n);  // > 1 only with fewer than 2 CPUs
           const double fill = std::max(1, layout.treeDepth) *
-                              (2 * l.alphaUs + 0.5 * piece * (0.5 * (f + 1) * reduceUncrowded + moveUncrowded));
+                              (2 * l.alphaUs + 0.5 * piece * twoAtOnce * (0.5 * (f + 1) * reduceUncrowded + moveUncrowded));
           const double busiest = piece * (std::max(1.0, f / 2) * reduceUncrowded + moveUncrowded);
           const double shared = (n - 1) / n * piece * (reduce + move);
           return fill + (std::ceil(b / piece) - 1) * (l.alphaUs + std::max(busiest, shared));

@@ -172,8 +172,9 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
   for (Algorithm a : {Algorithm::OneShot, Algorithm::RecursiveDoubling, Algorithm::Tree}) {
     if (!allowed(a)) continue;
     const double us = predictUs(link, layout, collective, a, bytes, config.pipeline.chunkBytes);
-    // Only a clear win displaces the cheapest so far, the ring first: on 4 ranks sharing 2 CPUs
-    // the model prices a tree of one chunk exactly as the ring, and rounding must not choose.
+    // Only a clear win displaces the cheapest so far, the ring first: on a host with 2 CPUs the
+    // model prices a one-step tree over its chain exactly as the ring, and rounding must not
+    // choose between them.
     if (us < bestUs * (1 - 1e-9)) {
       bestUs = us;
       best = a;
