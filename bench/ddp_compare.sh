@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/ddp_compare.sh: PyTorch DDP training on 2 CPU ranks with backend "weft" beside "gloo", in
 # one run: one epoch of the seed CNN on Fashion-MNIST (accuracy and time), then STEPS steps of a
-# 20M-parameter MLP (communication bound), then the C++ example's epoch. Records
+# 20M-parameter MLP (communication bound) with each backend and with no exchange at all (the
+# floor both share: DDP's hook keeps each rank's own gradients), then the C++ example's epoch. Records
 # bench/results/YYYY-MM-DD-ddp-vs-gloo.md.   Usage: bench/ddp_compare.sh [STEPS]   (BUILD_DIR)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +33,10 @@ for model_steps in "cnn:-1" "mlp:$steps"; do
     run "$model-$backend" "${cmd[@]}"
   done
 done
+cmd=(env PYTHONPATH="$build/python" "$build/bin/weftrun" -n 2 --timeout 1800 "$py" "$script" --backend gloo
+  --model mlp --max-steps "$steps" --batch 2 --no-exchange --save "$work/floor.pt")
+cmds+=("${cmd[*]}")
+run "mlp-floor" "${cmd[@]}"
 cmd=("$build/bin/weftrun" -n 2 --timeout 1800 "$build/bin/train_fashion_mnist" --save "$work/cc.pt")
 cmds+=("${cmd[*]}")
 run "cc-weft" "${cmd[@]}"
@@ -45,6 +50,7 @@ summary=$(cat <<TXT
 | seed CNN, 1 epoch, weft | $(result cnn-weft) |
 | 20M-parameter MLP, batch 2, $steps steps, gloo | $(result mlp-gloo) |
 | 20M-parameter MLP, batch 2, $steps steps, weft | $(result mlp-weft) |
+| 20M-parameter MLP, batch 2, $steps steps, no exchange (the floor) | $(result mlp-floor) |
 | C++ example (libtorch + weft DDP layer), 1 epoch | $(result cc-weft) |
 TXT
 )
