@@ -12,25 +12,12 @@ predictions up to 32 KiB, which only the host decides, differ from the record's.
     bench/tuner_rescore.py RECORD.md [--synthetic DESCRIPTION]   (BUILD_DIR: default build/)
 """
 import argparse
-import json
-import os
 import re
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
+from tuner_accuracy import predictions  # weft-topo --predict, BUILD_DIR's
+
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
-
-
-def predictions(nranks, synthetic):
-    env = dict(os.environ)
-    if synthetic:
-        env["HWLOC_SYNTHETIC"] = synthetic
-        env.pop("WEFT_TOPO_FILE", None)  # it would take precedence
-    out = subprocess.run([os.path.join(BUILD, "bin", "weft-topo"), "--predict", str(nranks)], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return {row["size"]: row for row in map(json.loads, out.splitlines())}
 
 
 def main():

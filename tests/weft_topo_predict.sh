@@ -7,6 +7,7 @@
 #   weft_topo_predict.sh BIN_DIR
 set -euo pipefail
 bin=$1
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")/../bench" && pwd)  # tuner_accuracy.py reads the INFO lines
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-predict.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -25,23 +26,19 @@ check() {  # ranks, transport (shm|socket), then weft-topo's extra flags
   fi
   # "all-reduce of B bytes on N ranks, predicted: ring 12.1 us, tree 13.0 us, ..." against
   # {"nranks": N, "size": B, "ring": 12.061, "tree": 12.954, ...}.
-  python3 - "$work/tool" "$work/ranks" "$n $transport" <<'EOF'
-import json, re, sys
-tool = {}
-for line in open(sys.argv[1]):
-    row = json.loads(line)
-    tool[row["size"]] = row
+  PYTHONPATH=$bench python3 - "$work/tool" "$work/ranks" "$n $transport" <<'EOF'
+import json, sys
+from tuner_accuracy import logged_predictions
+tool = {row["size"]: row for row in map(json.loads, open(sys.argv[1]))}
 logged, sizes = 0, set()
-for line in open(sys.argv[2]):
-    m = re.search(r"all-reduce of (\d+) bytes on \d+ ranks, predicted: (.*)", line)
-    if not m or int(m.group(1)) not in tool:
+for size, prices in logged_predictions(open(sys.argv[2]).read()).items():
+    if size not in tool:
         continue
-    for name, us in re.findall(r"([a-z-]+) ([0-9.]+) us", m.group(2)):
-        want = tool[int(m.group(1))][name]
-        if abs(float(us) - want) > 0.051:
-            sys.exit(f"{sys.argv[3]}: {m.group(1)} bytes: the ranks predicted {name} {us} us, weft-topo {want:.3f}")
+    for name, us in prices.items():
+        if abs(us - tool[size][name]) > 0.051:
+            sys.exit(f"{sys.argv[3]}: {size} bytes: the ranks predicted {name} {us} us, weft-topo {tool[size][name]:.3f}")
         logged += 1
-    sizes.add(int(m.group(1)))
+    sizes.add(size)
 # 8 B to 512 KiB by 16x: every algorithm at 5 sizes, 512 KiB past the 128 KiB shm chunk.
 if logged < 16 or 524288 not in sizes:
     sys.exit(f"{sys.argv[3]}: only {logged} predictions logged at WEFT_DEBUG=INFO, for sizes {sorted(sizes)}")
