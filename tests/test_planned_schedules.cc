@@ -75,13 +75,15 @@ TEST_CASE("planned schedules: every send meets its receive on every layout, coll
         if (nics > 1 && collective == Collective::AllReduce && algorithm == Algorithm::Ring) counts.push_back(300000);
         for (size_t count : counts) {
           for (int root : {0, n - 1}) {
-            for (bool recvReduce : {false, true}) {
+            for (int transport : {0, 1, 2}) {  // plain; reducing on receipt; and forwarding as well
+              const bool recvReduce = transport > 0, forward = transport > 1;
               CAPTURE(hosts, perHost, nics, coll::collectiveName(collective), coll::algorithmName(algorithm), count,
-                      root, recvReduce);
+                      root, recvReduce, forward);
               Traffic traffic;
               for (int rank = 0; rank < n; ++rank) {
                 coll::CollectiveShape shape{.collective = collective, .nranks = n, .rank = rank, .count = count,
-                                            .elementSize = 4, .root = root, .recvReduce = recvReduce, .order = &order};
+                                            .elementSize = 4, .root = root, .recvReduce = recvReduce,
+                                            .forward = forward, .order = &order};
                 record(coll::buildSchedule(shape, algorithm, count > 1000 ? large : pipeline), rank, &traffic);
               }
               REQUIRE(traffic.sent == traffic.received);
@@ -219,6 +221,57 @@ TEST_CASE("ring all-reduce: each chunk is sent on right after it arrives, not af
           }
         }
         CHECK(forwarded == static_cast<size_t>(2 * n - 3) * 32);  // every step's but the first
+      }
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce: over forwarding connections each receive passes its chunk on in the same step",
+          "[schedules]") {
+  const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2};  // 16 floats per chunk
+  const size_t chunksPerBlock = 32;
+  for (int n : {2, 3, 4}) {
+    const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(interleaved(1, n, 8)));
+    for (bool average : {false, true}) {
+      for (bool inPlace : {false, true}) {
+        for (int rank = 0; rank < n; ++rank) {
+          CAPTURE(n, average, inPlace, rank);
+          const coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = static_cast<size_t>(n) * 32 * 16,
+                                            .elementSize = 4, .inPlace = inPlace, .average = average,
+                                            .recvReduce = true, .forward = true, .order = &order};
+          const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
+          const int next = order.ringRank(order.ringPosition(rank, n) + 1, n);
+          const int prev = order.ringRank(order.ringPosition(rank, n) - 1, n);
+          // Every forwarding step is received from prev and sent to next, once in each order.
+          std::map<uint32_t, int> inRecvOrder, inSendOrder;
+          for (size_t p = 0; p < s.peers.size(); ++p) {
+            for (uint32_t id : s.recvOrder[p]) inRecvOrder[id] += s.peers[p] == prev ? 1 : 100;
+            for (uint32_t id : s.sendOrder[p]) inSendOrder[id] += s.peers[p] == next ? 1 : 100;
+          }
+          size_t sends = 0, forwards = 0, unfusedSends = 0;
+          for (uint32_t id = 0; id < s.steps.size(); ++id) {
+            const coll::Step& step = s.steps[id];
+            if (step.forwardPeer >= 0) {
+              ++forwards;
+              CHECK(step.forwardPeer == next);
+              CHECK(inRecvOrder[id] == 1);
+              CHECK(inSendOrder[id] == 1);
+              // Only a full sum or an all-gathered chunk must land; a partial only goes on.
+              if (step.kind == coll::StepKind::RecvReduce && step.keepDestination) {
+                CHECK(step.dst.buffer == coll::Buffer::Recv);
+              }
+            } else if (step.kind == coll::StepKind::Send) {
+              ++sends;
+              if (step.src.buffer != coll::Buffer::Send) ++unfusedSends;
+            }
+          }
+          CHECK(s.forwards == forwards);
+          CHECK(sends + forwards == static_cast<size_t>(2 * n - 2) * chunksPerBlock);  // as many messages as ever
+          // Every step's chunk goes on fused but an average's full sum, which is divided first.
+          const size_t unfused = average ? chunksPerBlock : 0;
+          CHECK(unfusedSends == unfused);
+          CHECK(forwards == static_cast<size_t>(2 * n - 3) * chunksPerBlock - unfused);
+        }
       }
     }
   }

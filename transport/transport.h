@@ -35,6 +35,16 @@ struct ReduceSpec {
   size_t elementSize;
 };
 
+// Couples a receive with a later send of the same bytes to another peer (or the same one): a
+// ring passes on what it receives. The receive may write its bytes straight into the send's
+// staging memory, which saves the copy the send would otherwise make out of the receive's
+// destination; where the staging is not free yet it lands them in its destination as usual and
+// the send publishes them from there. Both posts share one Forward, which the caller keeps
+// until both have completed.
+struct Forward {
+  size_t landed = 0;  // bytes the receive has made available (in the send's staging, or in its destination)
+};
+
 // The error for a message whose tag differs from the posted receive's.
 Status tagMismatch(int peerRank, const std::string& peerName, MessageTag expected, MessageTag got);
 
@@ -58,6 +68,33 @@ class Connection {
   virtual Status postRecvReduce(void* /*dst*/, const void* /*local*/, size_t /*bytes*/, const ReduceSpec& /*spec*/,
                                 MessageTag /*tag*/, RequestId* /*id*/) {
     return Status(weftInternalError, std::string(kind()) + " connections cannot reduce on receipt");
+  }
+
+  // Forwarding (struct Forward): whether this connection's receives can pass their bytes to
+  // `to`'s sends. Schedules use the two posts below only then.
+  virtual bool canForwardTo(const Connection& /*to*/) const { return false; }
+  // A send of `bytes` from `data` (the destination of the receive that shares `forward`), which
+  // publishes only what that receive has landed.
+  virtual Status postForwardedSend(const void* /*data*/, size_t /*bytes*/, MessageTag /*tag*/, Forward* /*forward*/,
+                                   RequestId* /*id*/) {
+    return Status(weftInternalError, std::string(kind()) + " connections cannot forward");
+  }
+  // A receive (into dst; with `local`, dst = local op incoming) whose bytes `to`'s forwarded
+  // send passes on. With keepDestination false, dst need not receive the bytes that went
+  // straight into the send's staging (it is only that send's source); streaming: as for
+  // postRecvStreaming.
+  struct ForwardedRecv {
+    void* dst = nullptr;
+    const void* local = nullptr;  // null: a plain receive
+    size_t bytes = 0;
+    ReduceSpec spec{};
+    bool keepDestination = true;
+    bool streaming = false;
+    Connection* to = nullptr;
+    Forward* forward = nullptr;
+  };
+  virtual Status postForwardedRecv(const ForwardedRecv& /*recv*/, MessageTag /*tag*/, RequestId* /*id*/) {
+    return Status(weftInternalError, std::string(kind()) + " connections cannot forward");
   }
 
   // Moves whatever can move without blocking; sets *progressed when any byte moved.

@@ -43,6 +43,7 @@ struct CollectiveShape {
   bool inPlace = false;  // the send buffer is (a block of) the receive buffer; see weft.h
   bool average = false;  // append the divide-by-nranks steps (weftAvg)
   bool recvReduce = false;  // every connection reduces on receipt (straight out of its staging)
+  bool forward = false;     // and passes what it receives on through any other (transport::Forward)
   // The planner's ring and trees (rank_order.h); null: rank order. Not part of the key: it is
   // fixed for a communicator, and so is its schedule cache.
   const RankOrder* order = nullptr;
@@ -61,7 +62,7 @@ struct CollectiveShape {
   size_t bytes() const { return count * elementSize; }
   auto key() const {
     return std::tuple(static_cast<int>(collective), nranks, rank, count, elementSize, root, inPlace, average,
-                      recvReduce);
+                      recvReduce, forward);
   }
 };
 

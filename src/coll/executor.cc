@@ -62,6 +62,13 @@ class Run {
       reduce_.push_back({op.type, op.op == weftAvg ? weftSum : op.op, kernels::dataTypeSize(op.type)});
       tags_.push_back(op.tag);
     }
+    if (schedule.forwards > 0) {  // by step: a forwarding step ends once its receive and its send have
+      forwards_.resize(schedule.steps.size());
+      halvesLeft_.resize(schedule.steps.size(), 1);
+      for (size_t i = 0; i < schedule.steps.size(); ++i) {
+        if (schedule.steps[i].forwardPeer >= 0) halvesLeft_[i] = 2;
+      }
+    }
   }
 
   // After a failure: the caller returns, and may reuse its buffers, with sends still posted.
@@ -144,10 +151,17 @@ class Run {
     const Step& st = s_.steps[step];
     if (st.kind == StepKind::Send || st.kind == StepKind::Recv || st.kind == StepKind::RecvReduce) {
       ready_[step] = 1;
+      if (st.forwardSlot >= 0) WEFT_TRY(postInOrder(static_cast<size_t>(st.forwardSlot)));
       return postInOrder(static_cast<size_t>(st.peerSlot));
     }
     computeQueue_.emplace_back(step);
     return Status::ok();
+  }
+
+  // A transfer finished: its step, unless it forwards and the other half is still going.
+  Status finishTransfer(uint32_t step) {
+    if (!halvesLeft_.empty() && --halvesLeft_[step] > 0) return Status::ok();
+    return complete(step);
   }
 
   Status complete(uint32_t step) {
@@ -168,7 +182,12 @@ class Run {
       uint32_t step = sends[peer.sendCursor++];
       transport::RequestId id;
       const Step& st = s_.steps[step];
-      WEFT_TRY(peer.connection->postSend(address(st.src), st.bytes, tags_[st.operation], &id));
+      if (st.forwardPeer >= 0) {  // a forwarding receive's send half: it sends what lands in dst
+        WEFT_TRY(peer.connection->postForwardedSend(address(st.dst), st.bytes, tags_[st.operation], &forwards_[step],
+                                                    &id));
+      } else {
+        WEFT_TRY(peer.connection->postSend(address(st.src), st.bytes, tags_[st.operation], &id));
+      }
       peer.postedSends.emplace_back(id, step);
     }
     const auto& recvs = s_.recvOrder[p];
@@ -176,7 +195,18 @@ class Run {
       uint32_t step = recvs[peer.recvCursor++];
       const Step& st = s_.steps[step];
       transport::RequestId id;
-      if (st.kind == StepKind::RecvReduce) {
+      if (st.forwardPeer >= 0) {
+        transport::Connection::ForwardedRecv recv{
+            .dst = address(st.dst),
+            .local = st.kind == StepKind::RecvReduce ? address(st.src) : nullptr,
+            .bytes = st.bytes,
+            .spec = reduce_[st.operation],
+            .keepDestination = st.keepDestination,
+            .streaming = st.streaming,
+            .to = peers_[static_cast<size_t>(st.forwardSlot)].connection,
+            .forward = &forwards_[step]};
+        WEFT_TRY(peer.connection->postForwardedRecv(recv, tags_[st.operation], &id));
+      } else if (st.kind == StepKind::RecvReduce) {
         WEFT_TRY(peer.connection->postRecvReduce(address(st.dst), address(st.src), st.bytes, reduce_[st.operation],
                                                  tags_[st.operation], &id));
       } else if (st.streaming) {
@@ -198,12 +228,12 @@ class Run {
     while (!peer.postedSends.empty() && peer.postedSends.front().first < peer.connection->completedSends()) {
       uint32_t step = peer.postedSends.front().second;
       peer.postedSends.pop_front();
-      WEFT_TRY(complete(step));
+      WEFT_TRY(finishTransfer(step));
     }
     while (!peer.postedRecvs.empty() && peer.postedRecvs.front().first < peer.connection->completedRecvs()) {
       uint32_t step = peer.postedRecvs.front().second;
       peer.postedRecvs.pop_front();
-      WEFT_TRY(complete(step));
+      WEFT_TRY(finishTransfer(step));
     }
     return Status::ok();
   }
@@ -257,6 +287,8 @@ class Run {
   std::vector<uint32_t> remaining_;
   std::vector<uint8_t> ready_;
   std::vector<PeerState> peers_;
+  std::vector<transport::Forward> forwards_;  // by step, where the schedule forwards
+  std::vector<uint8_t> halvesLeft_;           // by step, likewise: transfers a step still waits for
   StepQueue<uint32_t> computeQueue_;  // ready reductions and copies, oldest first
   std::vector<pollfd> pollFds_;
   size_t completed_ = 0;

@@ -52,6 +52,12 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
   size_t chunks = 0;
   for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
   std::vector<Region> received(chunks);  // where each chunk received on the last step is
+  // Over connections that forward (shared memory), the step that receives a chunk also sends it
+  // on at the next step, straight into the next rank's slot: a partial sum is never written to
+  // scratch and read back, a full sum and an all-gathered chunk reach the output and the next
+  // slot in one pass. Not the full sum of an average, which is divided before it goes on.
+  constexpr uint32_t kNoStep = UINT32_MAX;
+  std::vector<uint32_t> forwarding(chunks, kNoStep);  // per chunk: the step whose result the next send is
 
   // 2(n-1) steps: reduce-scatter for t < n-1 (after them this rank holds the full reduction of
   // block r+1), then all-gather, passing the reduced blocks around the ring. At step t a rank
@@ -61,25 +67,47 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
     const int sending = block(r - t);
     const int receiving = block(r - t - 1);
     if (c < layout.chunks(sending)) {
-      b.send(next, t == 0 ? at(Buffer::Send, sending, c) : received[c], layout.chunkElements(sending, c) * esize);
+      if (t > 0 && forwarding[c] != kNoStep) {
+        b.forwardSend(forwarding[c]);
+      } else {
+        b.send(next, t == 0 ? at(Buffer::Send, sending, c) : received[c], layout.chunkElements(sending, c) * esize);
+      }
     }
+    forwarding[c] = kNoStep;
     if (c >= layout.chunks(receiving)) return;
     const size_t elements = layout.chunkElements(receiving, c);
     const Region output = at(Buffer::Recv, receiving, c);
+    if (t == 2 * n - 3) {
+      b.recv(prev, output, elements * esize, stream);
+      return;
+    }
     if (t >= n - 1) {
-      b.recv(prev, output, elements * esize, stream && t == 2 * n - 3);
+      if (shape.forward) {
+        forwarding[c] = b.recvForward(prev, next, output, nullptr, elements * esize, esize, true);
+      } else {
+        b.recv(prev, output, elements * esize);
+      }
       received[c] = output;
       return;
     }
     const bool full = t == n - 2;
+    const Region local = at(Buffer::Send, receiving, c);
+    if (shape.forward && shape.recvReduce && !(full && shape.average)) {
+      // A partial sum lands nowhere when it goes straight on (where it cannot, in scratch, or
+      // in place in its input); a full sum lands in the output, streamed there when large.
+      const Region sum = full || shape.inPlace ? output : partials.next();
+      forwarding[c] = b.recvForward(prev, next, sum, &local, elements * esize, esize, full, full && stream);
+      received[c] = sum;
+      return;
+    }
     const bool intoOutput = full ? !stream : shape.inPlace;
     const Region sum = intoOutput ? output : partials.next();
     if (shape.recvReduce) {
-      b.recvReduce(prev, sum, at(Buffer::Send, receiving, c), elements, esize);
+      b.recvReduce(prev, sum, local, elements, esize);
     } else {
       const Region slot = slots.next();
       b.recv(prev, slot, elements * esize);
-      b.reduce(sum, at(Buffer::Send, receiving, c), slot, elements, esize);
+      b.reduce(sum, local, slot, elements, esize);
     }
     if (full && shape.average) b.divide(sum, elements, esize);
     if (full && stream) b.copy(output, sum, elements * esize, true);

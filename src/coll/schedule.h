@@ -32,6 +32,9 @@ enum class StepKind : uint8_t {
   Send,    // bytes from `src` to `peer`
   Recv,    // bytes from `peer` into `dst`
   RecvReduce,  // `elements` from `peer`, landing as dst = src op incoming (a Recv for ordering)
+  // A Recv or RecvReduce with forwardPeer set also sends what it lands, from dst, to
+  // forwardPeer: one step in both peers' orders, which over shared memory writes straight into
+  // the outbound slot (transport::Forward) instead of into dst and then out of it again.
   Reduce,  // dst = src op src2, `elements` of them; dst may equal src or src2
   Copy,    // bytes from `src` to `dst`
   Divide,  // dst = dst / nranks (Avg's last step), `elements` of them
@@ -48,6 +51,9 @@ struct Step {
   size_t bytes = 0;     // Send, Recv, Copy
   size_t elements = 0;  // Reduce, Divide
   bool streaming = false;  // Recv, Copy: dst written around the caches (copy_streaming.h)
+  int forwardPeer = -1;    // Recv, RecvReduce: also sent on to this peer (see StepKind)
+  int forwardSlot = -1;    // its index into Schedule::peers
+  bool keepDestination = true;  // forwarding: false when dst is only the send's source
   // Dependencies: this step may start when `dependencyCount` earlier steps have finished;
   // when it finishes it releases the steps listed in successors[firstSuccessor, +successorCount).
   uint32_t dependencyCount = 0;
@@ -65,6 +71,7 @@ struct Schedule {
   std::vector<std::vector<uint32_t>> sendOrder;  // parallel to peers
   std::vector<std::vector<uint32_t>> recvOrder;  // parallel to peers
   const char* algorithm = "";
+  size_t forwards = 0;  // steps with forwardPeer set
   int channels = 1;  // rings run side by side, each over its share (the ring all-reduce's channels)
 };
 

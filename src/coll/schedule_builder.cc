@@ -94,6 +94,25 @@ uint32_t ScheduleBuilder::recvReduce(int peer, Region dst, Region local, size_t 
   return id;
 }
 
+uint32_t ScheduleBuilder::recvForward(int peer, int next, Region dst, const Region* local, size_t bytes,
+                                      size_t elementSize, bool keepDestination, bool streaming) {
+  Step step{.kind = local != nullptr ? StepKind::RecvReduce : StepKind::Recv, .peer = peer, .dst = dst,
+            .bytes = bytes, .elements = bytes / elementSize, .streaming = streaming};
+  if (local != nullptr) step.src = *local;
+  step.forwardPeer = next;
+  step.keepDestination = keepDestination;
+  uint32_t id = add(step);
+  if (local != nullptr) read(id, *local, bytes);
+  write(id, dst, bytes);  // and read from it by the send: the step ends when both are done
+  peerOrder(recvOrder_, peer).push_back(id);
+  ++forwards_;
+  return id;
+}
+
+void ScheduleBuilder::forwardSend(uint32_t step) {
+  peerOrder(sendOrder_, steps_[step].forwardPeer).push_back(step);
+}
+
 uint32_t ScheduleBuilder::reduce(Region dst, Region a, Region b, size_t elements, size_t elementSize) {
   uint32_t id = add({.kind = StepKind::Reduce, .dst = dst, .src = a, .src2 = b, .elements = elements});
   size_t bytes = elements * elementSize;
@@ -132,14 +151,15 @@ Schedule ScheduleBuilder::finish(const char* algorithm, size_t scratchBytes) {
     out.successors.insert(out.successors.end(), successors[s].begin(), successors[s].end());
   }
   for (Step& step : steps_) {
-    if (step.peer >= 0) {
-      step.peerSlot = static_cast<int>(std::find(peers_.begin(), peers_.end(), step.peer) - peers_.begin());
-    }
+    auto slotOf = [&](int peer) { return static_cast<int>(std::find(peers_.begin(), peers_.end(), peer) - peers_.begin()); };
+    if (step.peer >= 0) step.peerSlot = slotOf(step.peer);
+    if (step.forwardPeer >= 0) step.forwardSlot = slotOf(step.forwardPeer);
   }
   out.steps = std::move(steps_);
   out.peers = std::move(peers_);
   out.sendOrder = std::move(sendOrder_);
   out.recvOrder = std::move(recvOrder_);
+  out.forwards = forwards_;
   return out;
 }
 

@@ -18,6 +18,13 @@ class ScheduleBuilder {
   // streaming: dst is a large call's final output, which nothing reads again soon.
   uint32_t recv(int peer, Region dst, size_t bytes, bool streaming = false);
   uint32_t recvReduce(int peer, Region dst, Region local, size_t elements, size_t elementSize);
+  // A receive (with `local`, a reduce on receipt: dst = local op incoming) whose result also
+  // goes on to `next`: in `peer`'s receive order here, and in `next`'s send order where
+  // forwardSend() puts it. keepDestination: whether dst must hold the result (else it is only
+  // the send's source, and a transport that sends it straight on need not write it there).
+  uint32_t recvForward(int peer, int next, Region dst, const Region* local, size_t bytes, size_t elementSize,
+                       bool keepDestination, bool streaming = false);
+  void forwardSend(uint32_t step);
   uint32_t reduce(Region dst, Region a, Region b, size_t elements, size_t elementSize);
   uint32_t copy(Region dst, Region src, size_t bytes, bool streaming = false);
   uint32_t divide(Region dst, size_t elements, size_t elementSize);
@@ -48,6 +55,7 @@ class ScheduleBuilder {
   std::vector<int> peers_;
   std::vector<std::vector<uint32_t>> sendOrder_;
   std::vector<std::vector<uint32_t>> recvOrder_;
+  size_t forwards_ = 0;
 };
 
 }  // namespace weft::coll

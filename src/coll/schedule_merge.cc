@@ -27,6 +27,7 @@ void append(Schedule& out, std::vector<std::vector<uint32_t>>& sendOrder, std::v
     step.src2 = remap(step.src2);
     step.firstSuccessor += successorBase;
     if (step.peer >= 0) step.peerSlot = peerSlot(step.peer);
+    if (step.forwardPeer >= 0) step.forwardSlot = peerSlot(step.forwardPeer);
     out.steps.push_back(step);
   }
   for (uint32_t successor : part.successors) out.successors.push_back(successor + stepBase);
@@ -36,6 +37,7 @@ void append(Schedule& out, std::vector<std::vector<uint32_t>>& sendOrder, std::v
     for (uint32_t s : part.recvOrder[p]) recvOrder[slot].push_back(s + stepBase);
   }
   out.scratchBytes += (part.scratchBytes + 63) / 64 * 64;
+  out.forwards += part.forwards;
 }
 
 }  // namespace

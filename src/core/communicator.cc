@@ -225,11 +225,18 @@ Status Communicator::connectAll(const char* what, const Deadline& deadline) {
   allConnected_ = true;
   recvReduceEverywhere_ = true;
   shmEverywhere_ = true;
+  std::vector<transport::Connection*> connections;
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank()) continue;
     WEFT_ASSIGN_OR_RETURN(transport::Connection * c, mesh_.connection(peer, deadline));
     recvReduceEverywhere_ = recvReduceEverywhere_ && c->supportsRecvReduce();
     shmEverywhere_ = shmEverywhere_ && std::strcmp(c->kind(), "shm") == 0;
+    connections.push_back(c);
+  }
+  // Forwarding changes nothing on the wire, so ranks need not agree on it (WEFT_SHM_FORWARD).
+  forwardEverywhere_ = recvReduceEverywhere_;
+  for (transport::Connection* from : connections) {
+    for (transport::Connection* to : connections) forwardEverywhere_ = forwardEverywhere_ && from->canForwardTo(*to);
   }
   return Status::ok();
 }
@@ -270,6 +277,7 @@ coll::CollectiveShape Communicator::shapeOf(const CollectiveCall& call) const {
   shape.root = call.root;
   shape.average = call.op == weftAvg;
   shape.recvReduce = recvReduceEverywhere_;
+  shape.forward = forwardEverywhere_;
   shape.order = &order_;
   const char* send = static_cast<const char*>(call.send);
   const char* recv = static_cast<const char*>(call.recv);

@@ -101,6 +101,7 @@ class Communicator {
   bool allConnected_ = false;           // connectAll has run: the two flags below are known
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
   bool shmEverywhere_ = false;         // every connection is shared memory
+  bool forwardEverywhere_ = false;     // every connection's receives can pass on through any other's sends
   std::optional<transport::ShmArena> arena_;
   uint32_t arenaSeq_ = 0;  // arena calls so far
   coll::RankOrder order_;               // the planner's first ring and its trees, which algorithms follow

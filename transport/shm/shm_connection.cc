@@ -49,6 +49,35 @@ Status ShmConnection::postRecvReduce(void* dst, const void* local, size_t bytes,
   return queueRecv(recv, id);
 }
 
+bool ShmConnection::canForwardTo(const Connection& to) const {
+  return p_.forward && dynamic_cast<const ShmConnection*>(&to) != nullptr;
+}
+
+Status ShmConnection::postForwardedSend(const void* data, size_t bytes, MessageTag tag, Forward* forward,
+                                        RequestId* id) {
+  if (bytes == 0) return Status(weftInternalError, "a forwarded send must carry bytes");
+  PendingSend send{static_cast<const char*>(data), bytes, tag};
+  send.forward = forward;  // never remote: its bytes may not be in `data` at all
+  sends_.push_back(send);
+  *id = sendsPosted_++;
+  return Status::ok();
+}
+
+Status ShmConnection::postForwardedRecv(const ForwardedRecv& f, MessageTag tag, RequestId* id) {
+  auto* to = dynamic_cast<ShmConnection*>(f.to);
+  if (to == nullptr || f.forward == nullptr || f.bytes == 0) {
+    return Status(weftInternalError, "shm: a forwarding receive needs an shm connection to forward to, and bytes");
+  }
+  PendingRecv recv{static_cast<char*>(f.dst), f.bytes, tag};
+  recv.local = static_cast<const char*>(f.local);
+  recv.spec = f.spec;
+  recv.streaming = f.streaming;
+  recv.forwardTo = to;
+  recv.forward = f.forward;
+  recv.keepDestination = f.keepDestination;
+  return queueRecv(recv, id);
+}
+
 Status ShmConnection::peerGone() const {
   return Status(weftRemoteError, formatString("lost the connection to rank %d (%s, pid %d): it closed its end",
                                               p_.peerRank, p_.peerName.c_str(), static_cast<int>(p_.peerPid)));
@@ -84,6 +113,7 @@ Status ShmConnection::progressSends(bool* progressed) {
   bool published = false;
   for (PendingSend& s : sends_) {
     while (!(s.started && s.published == s.bytes)) {
+      if (s.forward != nullptr && s.published == s.forward->landed) goto ringFull;  // its receive is behind
       uint64_t tail = p_.out.control->tail.load(std::memory_order_acquire);
       if (outHead_ - tail >= slots) goto ringFull;
       SlotHeader* h = p_.out.header(outHead_);
@@ -96,7 +126,8 @@ Status ShmConnection::progressSends(bool* progressed) {
         h->remoteAddress = reinterpret_cast<uint64_t>(s.data);
         s.published = s.bytes;
       } else {
-        size_t piece = std::min<size_t>(p_.out.slotBytes, s.bytes - s.published);
+        const size_t available = s.forward != nullptr ? s.forward->landed : s.bytes;
+        size_t piece = std::min<size_t>(p_.out.slotBytes, available - s.published);
         std::memcpy(p_.out.payload(outHead_), s.data + s.published, piece);
         h->kind = SlotKind::Data;
         h->pieceBytes = piece;
@@ -179,7 +210,9 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   const size_t left = r.bytes - r.received;
   const bool whole = r.local == nullptr || h.pieceBytes % r.spec.elementSize == 0;
   if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left && whole) {
-    if (r.local == nullptr && r.streaming) {
+    if (r.forward != nullptr && landStraightIntoSend(r, p_.in.payload(index), h.pieceBytes)) {
+      // done: the piece went on without passing through the destination first
+    } else if (r.local == nullptr && r.streaming) {
       kernels::copyStreaming(r.data + r.received, p_.in.payload(index), h.pieceBytes);
     } else if (r.local == nullptr) {
       std::memcpy(r.data + r.received, p_.in.payload(index), h.pieceBytes);
@@ -207,7 +240,73 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   }
   r.received += h.pieceBytes;
   r.started = true;
+  if (r.forward != nullptr) r.forward->landed = r.received;
   return Status::ok();
+}
+
+// A forwarding receive's piece, reduced (or copied) from our slot straight into the slot of the
+// send that passes it on, when that send is next in its ring and the ring has room; false
+// leaves the piece to land in the destination, from which the send publishes it.
+bool ShmConnection::landStraightIntoSend(PendingRecv& r, const char* payload, size_t bytes) {
+  char* slot = r.forwardTo->forwardSlot(r.forward, bytes);
+  if (slot == nullptr) return false;
+  // A few KiB at a time, so that the copy into the destination reads them from L1.
+  constexpr size_t kStripe = 8 * 1024;  // a multiple of every element size
+  for (size_t done = 0; done < bytes; done += kStripe) {
+    const size_t n = std::min(kStripe, bytes - done);
+    if (r.local == nullptr) {
+      std::memcpy(slot + done, payload + done, n);
+    } else {
+      kernels::reduce(slot + done, r.local + r.received + done, payload + done, n / r.spec.elementSize, r.spec.type,
+                      r.spec.op);
+    }
+    if (r.keepDestination && r.streaming) {
+      kernels::copyStreaming(r.data + r.received + done, slot + done, n);
+    } else if (r.keepDestination) {
+      std::memcpy(r.data + r.received + done, slot + done, n);
+    }
+  }
+  r.forwardTo->publishForwarded(bytes);
+  return true;
+}
+
+ShmConnection::PendingSend* ShmConnection::firstUnpublished() {
+  for (PendingSend& s : sends_) {
+    if (!(s.started && s.published == s.bytes)) return &s;
+  }
+  return nullptr;
+}
+
+// The payload of our next outbound slot, for `forward`'s receive to write `bytes` into: only
+// when the send sharing `forward` is the first with bytes to publish, has published all that
+// landed before, and a slot is free.
+char* ShmConnection::forwardSlot(const Forward* forward, size_t bytes) {
+  PendingSend* s = firstUnpublished();
+  if (s == nullptr || s->forward != forward) {  // sends ahead of it may just not have gone yet
+    bool moved = false;
+    if (!progressSends(&moved).isOk()) return nullptr;
+    s = firstUnpublished();
+  }
+  if (s == nullptr || s->forward != forward || s->published != forward->landed || bytes > p_.out.slotBytes) {
+    return nullptr;
+  }
+  if (outHead_ - p_.out.control->tail.load(std::memory_order_acquire) >= p_.out.slotCount) return nullptr;
+  return p_.out.payload(outHead_);
+}
+
+// Publishes the slot forwardSlot() handed out, now holding `bytes` of the first unpublished send.
+void ShmConnection::publishForwarded(size_t bytes) {
+  PendingSend* s = firstUnpublished();
+  SlotHeader* h = p_.out.header(outHead_);
+  h->kind = SlotKind::Data;
+  h->tag = s->tag;
+  h->messageBytes = s->bytes;
+  h->pieceBytes = bytes;
+  h->remoteAddress = 0;
+  s->published += bytes;
+  s->started = true;
+  p_.out.control->head.store(++outHead_, std::memory_order_release);
+  ringDoorbell(p_.out.control->receiverSleeping);
 }
 
 Status ShmConnection::progressRecvs(bool* progressed) {
@@ -263,9 +362,10 @@ bool ShmConnection::prepareToSleep() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     uint64_t tail = p_.out.control->tail.load(std::memory_order_relaxed);
     const PendingSend& f = sends_.front();
-    bool unpublished = std::any_of(sends_.begin(), sends_.end(),
-                                   [](const PendingSend& s) { return !(s.started && s.published == s.bytes); });
-    bool canMove = (unpublished && outHead_ - tail < p_.out.slotCount) || (f.remote && f.started && tail >= f.doneAtTail);
+    // A forwarded send with nothing landed waits for its receive, which wakes us itself.
+    const PendingSend* u = firstUnpublished();
+    const bool publishable = u != nullptr && !(u->forward != nullptr && u->published == u->forward->landed);
+    bool canMove = (publishable && outHead_ - tail < p_.out.slotCount) || (f.remote && f.started && tail >= f.doneAtTail);
     if (canMove) {
       flag.store(0, std::memory_order_relaxed);
       sleep = false;

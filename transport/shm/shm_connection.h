@@ -26,6 +26,7 @@ struct ShmConnectionParams {
   shm::RingView out;
   shm::RingView in;
   size_t remoteReadMinBytes = SIZE_MAX;  // messages this large go by process_vm_readv (SIZE_MAX: never)
+  bool forward = true;                   // receives may pass on straight into another's slots
 };
 
 class ShmConnection final : public Connection {
@@ -38,6 +39,9 @@ class ShmConnection final : public Connection {
   bool supportsRecvReduce() const override { return true; }
   Status postRecvReduce(void* dst, const void* local, size_t bytes, const ReduceSpec& spec, MessageTag tag,
                         RequestId* id) override;
+  bool canForwardTo(const Connection& to) const override;
+  Status postForwardedSend(const void* data, size_t bytes, MessageTag tag, Forward* forward, RequestId* id) override;
+  Status postForwardedRecv(const ForwardedRecv& recv, MessageTag tag, RequestId* id) override;
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sendsCompleted_; }
   RequestId completedRecvs() const override { return recvsCompleted_; }
@@ -57,6 +61,7 @@ class ShmConnection final : public Connection {
     bool started = false;     // at least one slot written (zero-byte messages take one)
     bool remote = false;      // goes by process_vm_readv
     uint64_t doneAtTail = 0;  // remote: complete once the receiver released this slot
+    Forward* forward = nullptr;  // set: publishes only what the forwarding receive has landed
   };
   struct PendingRecv {
     char* data;
@@ -67,12 +72,19 @@ class ShmConnection final : public Connection {
     const char* local = nullptr;  // set: data = local op incoming (postRecvReduce)
     bool streaming = false;       // postRecvStreaming
     ReduceSpec spec{};
+    ShmConnection* forwardTo = nullptr;  // set: a forwarding receive (postForwardedRecv)
+    Forward* forward = nullptr;
+    bool keepDestination = true;
   };
 
   Status queueRecv(const PendingRecv& recv, RequestId* id);
   Status progressSends(bool* progressed);
   Status progressRecvs(bool* progressed);
   Status consumeSlot(PendingRecv& recv, uint64_t index);
+  bool landStraightIntoSend(PendingRecv& recv, const char* payload, size_t bytes);
+  PendingSend* firstUnpublished();
+  char* forwardSlot(const Forward* forward, size_t bytes);
+  void publishForwarded(size_t bytes);
   Status checkNotWithdrawn() const;
   Status drainControl();
   void ringDoorbell(std::atomic<uint32_t>& sleeping);

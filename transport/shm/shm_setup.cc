@@ -100,6 +100,8 @@ Result<ShmOptions> shmOptionsFromEnv() {
     else if (bytes) options.remoteReadMinBytes = *bytes;
     else return Status(weftInvalidArgument, "WEFT_SHM_REMOTE_READ_MIN_BYTES=\"" + *text + "\": expected a size or never");
   }
+  WEFT_ASSIGN_OR_RETURN(auto forward, envInt("WEFT_SHM_FORWARD", 0, 1));
+  if (forward) options.forward = *forward == 1;
   return options;
 }
 
@@ -209,6 +211,7 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
   params.inbound = std::move(inbound);
   // The peer reads our buffers, so its probe of us decides whether we may hand it addresses.
   params.remoteReadMinBytes = theirAck.remoteReadOk ? options.remoteReadMinBytes : SIZE_MAX;
+  params.forward = options.forward;
   streams.clear();
   return std::unique_ptr<Connection>(std::make_unique<ShmConnection>(std::move(params)));
 }

@@ -30,10 +30,14 @@ struct ShmOptions {
   // the shared cache, and the receiver reduces straight out of it (postRecvReduce), so the ring
   // moved more data per second than process_vm_readv's page pinning on every machine we tried.
   size_t remoteReadMinBytes = SIZE_MAX;
+  // A ring's receive writes what it passes on straight into the next connection's slot
+  // (transport::Forward). WEFT_SHM_FORWARD=0 turns it off, to measure what it saves.
+  bool forward = true;
 };
 
 // WEFT_TRANSPORT=socket|shm (unset: shm between ranks on one host), WEFT_SHM_DISABLE=1,
-// WEFT_SHM_SLOTS, WEFT_SHM_SLOT_BYTES, WEFT_SHM_REMOTE_READ_MIN_BYTES ("never" disables it).
+// WEFT_SHM_SLOTS, WEFT_SHM_SLOT_BYTES, WEFT_SHM_REMOTE_READ_MIN_BYTES ("never" disables it),
+// WEFT_SHM_FORWARD.
 Result<ShmOptions> shmOptionsFromEnv();
 
 // Whether this process may read `pid`'s memory with process_vm_readv (Yama's ptrace_scope and
