@@ -150,8 +150,8 @@ Schedule ScheduleBuilder::finish(const char* algorithm, size_t scratchBytes) {
     steps_[s].successorCount = static_cast<uint32_t>(successors[s].size());
     out.successors.insert(out.successors.end(), successors[s].begin(), successors[s].end());
   }
+  auto slotOf = [&](int peer) { return static_cast<int>(std::find(peers_.begin(), peers_.end(), peer) - peers_.begin()); };
   for (Step& step : steps_) {
-    auto slotOf = [&](int peer) { return static_cast<int>(std::find(peers_.begin(), peers_.end(), peer) - peers_.begin()); };
     if (step.peer >= 0) step.peerSlot = slotOf(step.peer);
     if (step.forwardPeer >= 0) step.forwardSlot = slotOf(step.forwardPeer);
   }

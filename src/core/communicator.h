@@ -98,7 +98,7 @@ class Communicator {
   coll::TuningConfig tuning_;
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
-  bool allConnected_ = false;           // connectAll has run: the two flags below are known
+  bool allConnected_ = false;           // connectAll has run: the three flags below are known
   bool recvReduceEverywhere_ = false;  // every connection reduces on receipt
   bool shmEverywhere_ = false;         // every connection is shared memory
   bool forwardEverywhere_ = false;     // every connection's receives can pass on through any other's sends
