@@ -39,12 +39,40 @@ Region reduceFrom(ScheduleBuilder& b, const CollectiveShape& shape, ScratchSlots
   return dst;
 }
 
+// reduceFrom, then dst sent on to `to`; over forwarding connections one step that reduces
+// straight into `to`'s slot (dst is then only written where that slot was not free).
+void reduceFromAndSend(ScheduleBuilder& b, const CollectiveShape& shape, ScratchSlots& recvSlots, int peer, Region dst,
+                       Region current, size_t elements, int to) {
+  if (shape.forward && shape.recvReduce) {
+    b.forwardSend(b.recvForward(peer, to, dst, &current, elements * shape.elementSize, shape.elementSize, false));
+    return;
+  }
+  reduceFrom(b, shape, recvSlots, peer, dst, current, elements);
+  b.send(to, dst, elements * shape.elementSize);
+}
+
+// A receive into dst that goes on to `to` as well (fused where connections forward); dst keeps it.
+void recvAndSend(ScheduleBuilder& b, const CollectiveShape& shape, int peer, Region dst, size_t bytes, int to) {
+  if (shape.forward) {
+    b.forwardSend(b.recvForward(peer, to, dst, nullptr, bytes, shape.elementSize, true));
+    return;
+  }
+  b.recv(peer, dst, bytes);
+  b.send(to, dst, bytes);
+}
+
 // One chunk's tree reduction: `input` op every child's partial, accumulated in `acc`, sent up
 // to the parent. Returns where this rank's partial ends (input itself at a leaf).
 Region treeReduceChunk(ScheduleBuilder& b, const CollectiveShape& shape, const TreePosition& pos,
                        ScratchSlots& recvSlots, Region input, Region acc, size_t elements) {
   Region current = input;
-  for (int child : pos.children) current = reduceFrom(b, shape, recvSlots, child, acc, current, elements);
+  for (size_t i = 0; i < pos.children.size(); ++i) {
+    if (i + 1 == pos.children.size() && pos.parent >= 0) {
+      reduceFromAndSend(b, shape, recvSlots, pos.children[i], acc, current, elements, pos.parent);
+      return acc;
+    }
+    current = reduceFrom(b, shape, recvSlots, pos.children[i], acc, current, elements);
+  }
   if (pos.parent >= 0) b.send(pos.parent, current, elements * shape.elementSize);
   return current;
 }
@@ -113,12 +141,12 @@ Schedule buildRingReduce(const CollectiveShape& shape, const PipelineParams& pip
       continue;
     }
     const Region acc = v == 0 ? chunks.at(Buffer::Recv, c) : accSlots.next();
-    reduceFrom(b, shape, recvSlots, upstream, acc, input, chunks.elements(c));
     if (v > 0) {
-      b.send(downstream, acc, chunks.bytes(c));
-    } else if (shape.average) {
-      b.divide(acc, chunks.elements(c), shape.elementSize);
+      reduceFromAndSend(b, shape, recvSlots, upstream, acc, input, chunks.elements(c), downstream);
+      continue;
     }
+    reduceFrom(b, shape, recvSlots, upstream, acc, input, chunks.elements(c));
+    if (shape.average) b.divide(acc, chunks.elements(c), shape.elementSize);
   }
   return b.finish("ring", std::max(recvSlots.end(), accSlots.end()));
 }
@@ -216,9 +244,21 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
     forEachHalf(c, [&](int half, const TreePosition& pos, size_t elements, size_t offset) {
       const Region output{Buffer::Recv, offset};
       const size_t bytes = elements * esize;
+      // A rank passes what comes down on to its children, to the first in the receiving step.
+      auto receiveAndPassOn = [&](Region into) {
+        if (pos.children.empty()) {
+          b.recv(pos.parent, into, bytes);
+          return;
+        }
+        recvAndSend(b, shape, pos.parent, into, bytes, pos.children[0]);
+        for (size_t i = 1; i < pos.children.size(); ++i) b.send(pos.children[i], into, bytes);
+      };
       if (!stream) {
-        if (pos.parent >= 0) b.recv(pos.parent, output, bytes);
-        for (int child : pos.children) b.send(child, output, bytes);
+        if (pos.parent >= 0) {
+          receiveAndPassOn(output);
+        } else {
+          for (int child : pos.children) b.send(child, output, bytes);
+        }
         return;
       }
       if (pos.children.empty()) {
@@ -228,9 +268,10 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
       Region sum = total[c][static_cast<size_t>(half)];
       if (pos.parent >= 0) {
         sum = sums.next();
-        b.recv(pos.parent, sum, bytes);
+        receiveAndPassOn(sum);
+      } else {
+        for (int child : pos.children) b.send(child, sum, bytes);
       }
-      for (int child : pos.children) b.send(child, sum, bytes);
       b.copy(output, sum, bytes, true);
     });
   };
