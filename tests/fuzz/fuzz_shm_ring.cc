@@ -1,8 +1,10 @@
 // Fuzz target: a shared-memory connection's receive path reading a ring its peer filled with
 // arbitrary slot headers and payloads (a peer that is buggy or hostile can write anything into
 // the shared ring). Input: 8 control bytes (two receive sizes, 16 bits each, the published slot
-// count, a tag byte), then the ring's slots. The receives complete only for well-formed slots,
-// and otherwise fail with an error; nothing is written past a receive buffer.
+// count, a tag byte, a mode byte: bit 0 forwards what is received out through the connection's
+// own outbound ring, as a 2-rank ring does, bit 1 also reduces it as float32 on receipt), then
+// the ring's slots. The receives complete only for well-formed slots, and otherwise fail with an
+// error; nothing is written past a receive buffer or an outbound slot.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(sizes, data, 4);
   const uint32_t published = data[4] % (2 * kSlots + 1);
   const MessageTag tag = data[5];
+  const bool forward = (data[6] & 1) != 0, reduce = (data[6] & 2) != 0;
   data += 8;
   size -= 8;
 
@@ -60,6 +63,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   params.out = out.view();
   ShmConnection connection(std::move(params));
   // The ring holds what it holds: once a round moves nothing, nothing more will come.
-  weft::fuzz::receiveGuarded(connection, sizes, tag, 64, true);
+  weft::fuzz::receiveGuarded(connection, sizes, tag, 64, true, forward ? &connection : nullptr, reduce);
   return 0;
 }

@@ -98,6 +98,10 @@ def main():
     write("shm_ring", "valid", control + ring)
     write("shm_ring", "remote", struct.pack("<HHBBxx", 64, 0, 1, 7) + slot(2, 64, 64, 7, remote=0x1000))
     write("shm_ring", "oversized-piece", struct.pack("<HHBBxx", 300, 0, 1, 7) + slot(1, 300, 4096, 7))
+    # Mode byte: 1 forwards each receive out through the connection's own ring, 3 also reduces.
+    write("shm_ring", "forward", struct.pack("<HHBBBx", 300, 10, 3, 7, 1) + ring)
+    ring = slot(1, 300, 256, 7, b"a" * 256) + slot(1, 300, 44, 7, b"b" * 44) + slot(1, 12, 12, 7, b"c" * 12)
+    write("shm_ring", "forward-reduce", struct.pack("<HHBBBx", 300, 12, 3, 7, 3) + ring)
 
 
 if __name__ == "__main__":
