@@ -80,20 +80,15 @@ Schedule buildRingReduceScatter(const CollectiveShape& shape, const PipelinePara
   std::vector<Region> received(chunks);  // the last step's partial of each chunk
   // Over forwarding connections a partial goes straight on into the next rank's slot
   // (ring_allreduce.cc's reduce-scatter half does the same).
-  constexpr uint32_t kNoStep = UINT32_MAX;
-  std::vector<uint32_t> forwarding(chunks, kNoStep);  // per chunk: the step whose partial the next send is
+  std::vector<uint32_t> forwarding(chunks, ScheduleBuilder::kNoStep);  // per chunk: the step the next send is
   // Step s sends the partial of the block of ring position p-s-1 and adds this rank's input to
   // that of p-s-2; the last step completes this rank's own block.
   forEachStepByDiagonal(n - 1, chunks, [&](int s, size_t c) {
     const int sendBlock = shape.ringRank(p - s - 1), recvBlock = shape.ringRank(p - s - 2);
     const bool last = s == n - 2;
     const size_t elements = blocks.layout.chunkElements(0, c);
-    if (s > 0 && forwarding[c] != kNoStep) {
-      b.forwardSend(forwarding[c]);
-    } else {
-      b.send(next, s == 0 ? input(sendBlock, c) : received[c], elements * shape.elementSize);
-    }
-    forwarding[c] = kNoStep;
+    b.sendOn(forwarding[c], next, s == 0 ? input(sendBlock, c) : received[c], elements * shape.elementSize);
+    forwarding[c] = ScheduleBuilder::kNoStep;
     const Region dst = last ? blocks.single(Buffer::Recv, c) : partials.next();
     if (shape.forward && shape.recvReduce && !last) {
       const Region local = input(recvBlock, c);

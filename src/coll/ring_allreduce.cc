@@ -56,8 +56,7 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
   // on at the next step, straight into the next rank's slot: a partial sum is never written to
   // scratch and read back, a full sum and an all-gathered chunk reach the output and the next
   // slot in one pass. Not the full sum of an average, which is divided before it goes on.
-  constexpr uint32_t kNoStep = UINT32_MAX;
-  std::vector<uint32_t> forwarding(chunks, kNoStep);  // per chunk: the step whose result the next send is
+  std::vector<uint32_t> forwarding(chunks, ScheduleBuilder::kNoStep);  // per chunk: the step the next send is
 
   // 2(n-1) steps: reduce-scatter for t < n-1 (after them this rank holds the full reduction of
   // block r+1), then all-gather, passing the reduced blocks around the ring. At step t a rank
@@ -67,13 +66,10 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
     const int sending = block(r - t);
     const int receiving = block(r - t - 1);
     if (c < layout.chunks(sending)) {
-      if (t > 0 && forwarding[c] != kNoStep) {
-        b.forwardSend(forwarding[c]);
-      } else {
-        b.send(next, t == 0 ? at(Buffer::Send, sending, c) : received[c], layout.chunkElements(sending, c) * esize);
-      }
+      b.sendOn(forwarding[c], next, t == 0 ? at(Buffer::Send, sending, c) : received[c],
+               layout.chunkElements(sending, c) * esize);
     }
-    forwarding[c] = kNoStep;
+    forwarding[c] = ScheduleBuilder::kNoStep;
     if (c >= layout.chunks(receiving)) return;
     const size_t elements = layout.chunkElements(receiving, c);
     const Region output = at(Buffer::Recv, receiving, c);

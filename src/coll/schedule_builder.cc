@@ -113,6 +113,14 @@ void ScheduleBuilder::forwardSend(uint32_t step) {
   peerOrder(sendOrder_, steps_[step].forwardPeer).push_back(step);
 }
 
+void ScheduleBuilder::sendOn(uint32_t forwarding, int peer, Region src, size_t bytes) {
+  if (forwarding != kNoStep) {
+    forwardSend(forwarding);
+  } else {
+    send(peer, src, bytes);
+  }
+}
+
 uint32_t ScheduleBuilder::reduce(Region dst, Region a, Region b, size_t elements, size_t elementSize) {
   uint32_t id = add({.kind = StepKind::Reduce, .dst = dst, .src = a, .src2 = b, .elements = elements});
   size_t bytes = elements * elementSize;

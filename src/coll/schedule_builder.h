@@ -25,6 +25,10 @@ class ScheduleBuilder {
   uint32_t recvForward(int peer, int next, Region dst, const Region* local, size_t bytes, size_t elementSize,
                        bool keepDestination, bool streaming = false);
   void forwardSend(uint32_t step);
+  // A ring's send of what it received: the send half of `forwarding` where that names a
+  // recvForward step, else a plain send of `bytes` at src.
+  static constexpr uint32_t kNoStep = UINT32_MAX;
+  void sendOn(uint32_t forwarding, int peer, Region src, size_t bytes);
   uint32_t reduce(Region dst, Region a, Region b, size_t elements, size_t elementSize);
   uint32_t copy(Region dst, Region src, size_t bytes, bool streaming = false);
   uint32_t divide(Region dst, size_t elements, size_t elementSize);

@@ -21,7 +21,6 @@ inline void receiveGuarded(transport::Connection& connection, const uint16_t (&s
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<uint8_t> local(65536 + kGuard, 0);
   transport::Forward forwards[2];
-  buffers.reserve(2);
   for (size_t i = 0; i < 2; ++i) {
     const uint16_t bytes = sizes[i];
     buffers.emplace_back(bytes + kGuard, kPoison);

@@ -116,26 +116,15 @@ Status ShmConnection::progressSends(bool* progressed) {
       if (s.forward != nullptr && s.published == s.forward->landed) goto ringFull;  // its receive is behind
       uint64_t tail = p_.out.control->tail.load(std::memory_order_acquire);
       if (outHead_ - tail >= slots) goto ringFull;
-      SlotHeader* h = p_.out.header(outHead_);
-      h->messageBytes = s.bytes;
-      h->tag = s.tag;
-      h->remoteAddress = 0;
       if (s.remote) {
-        h->kind = SlotKind::Remote;
-        h->pieceBytes = s.bytes;
-        h->remoteAddress = reinterpret_cast<uint64_t>(s.data);
-        s.published = s.bytes;
+        publishSlot(s, SlotKind::Remote, s.bytes);
+        s.doneAtTail = outHead_;
       } else {
         const size_t available = s.forward != nullptr ? s.forward->landed : s.bytes;
-        size_t piece = std::min<size_t>(p_.out.slotBytes, available - s.published);
+        const size_t piece = std::min<size_t>(p_.out.slotBytes, available - s.published);
         std::memcpy(p_.out.payload(outHead_), s.data + s.published, piece);
-        h->kind = SlotKind::Data;
-        h->pieceBytes = piece;
-        s.published += piece;
+        publishSlot(s, SlotKind::Data, piece);
       }
-      s.started = true;
-      p_.out.control->head.store(++outHead_, std::memory_order_release);
-      if (s.remote) s.doneAtTail = outHead_;
       published = true;
     }
   }
@@ -248,8 +237,10 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
 // send that passes it on, when that send is next in its ring and the ring has room; false
 // leaves the piece to land in the destination, from which the send publishes it.
 bool ShmConnection::landStraightIntoSend(PendingRecv& r, const char* payload, size_t bytes) {
-  char* slot = r.forwardTo->forwardSlot(r.forward, bytes);
-  if (slot == nullptr) return false;
+  ShmConnection& to = *r.forwardTo;
+  PendingSend* send = to.forwardTarget(r.forward, bytes);
+  if (send == nullptr) return false;
+  char* slot = to.p_.out.payload(to.outHead_);
   // A few KiB at a time, so that the copy into the destination reads them from L1.
   constexpr size_t kStripe = 8 * 1024;  // a multiple of every element size
   for (size_t done = 0; done < bytes; done += kStripe) {
@@ -266,7 +257,8 @@ bool ShmConnection::landStraightIntoSend(PendingRecv& r, const char* payload, si
       std::memcpy(r.data + r.received + done, slot + done, n);
     }
   }
-  r.forwardTo->publishForwarded(bytes);
+  to.publishSlot(*send, SlotKind::Data, bytes);
+  to.ringDoorbell(to.p_.out.control->receiverSleeping);
   return true;
 }
 
@@ -277,10 +269,10 @@ ShmConnection::PendingSend* ShmConnection::firstUnpublished() {
   return nullptr;
 }
 
-// The payload of our next outbound slot, for `forward`'s receive to write `bytes` into: only
-// when the send sharing `forward` is the first with bytes to publish, has published all that
+// The send sharing `forward`, when `forward`'s receive may write `bytes` of it straight into our
+// next outbound slot: it is the first send with bytes to publish, has published all that
 // landed before, and a slot is free.
-char* ShmConnection::forwardSlot(const Forward* forward, size_t bytes) {
+ShmConnection::PendingSend* ShmConnection::forwardTarget(const Forward* forward, size_t bytes) {
   PendingSend* s = firstUnpublished();
   if (s == nullptr || s->forward != forward) {  // sends ahead of it may just not have gone yet
     bool moved = false;
@@ -291,22 +283,21 @@ char* ShmConnection::forwardSlot(const Forward* forward, size_t bytes) {
     return nullptr;
   }
   if (outHead_ - p_.out.control->tail.load(std::memory_order_acquire) >= p_.out.slotCount) return nullptr;
-  return p_.out.payload(outHead_);
+  return s;
 }
 
-// Publishes the slot forwardSlot() handed out, now holding `bytes` of the first unpublished send.
-void ShmConnection::publishForwarded(size_t bytes) {
-  PendingSend* s = firstUnpublished();
+// Fills our next outbound slot's header for `piece` bytes of s (a Data slot's payload is
+// written already) and publishes it.
+void ShmConnection::publishSlot(PendingSend& s, SlotKind kind, size_t piece) {
   SlotHeader* h = p_.out.header(outHead_);
-  h->kind = SlotKind::Data;
-  h->tag = s->tag;
-  h->messageBytes = s->bytes;
-  h->pieceBytes = bytes;
-  h->remoteAddress = 0;
-  s->published += bytes;
-  s->started = true;
+  h->kind = kind;
+  h->tag = s.tag;
+  h->messageBytes = s.bytes;
+  h->pieceBytes = piece;
+  h->remoteAddress = kind == SlotKind::Remote ? reinterpret_cast<uint64_t>(s.data) : 0;
+  s.published += piece;
+  s.started = true;
   p_.out.control->head.store(++outHead_, std::memory_order_release);
-  ringDoorbell(p_.out.control->receiverSleeping);
 }
 
 Status ShmConnection::progressRecvs(bool* progressed) {

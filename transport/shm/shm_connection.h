@@ -83,8 +83,8 @@ class ShmConnection final : public Connection {
   Status consumeSlot(PendingRecv& recv, uint64_t index);
   bool landStraightIntoSend(PendingRecv& recv, const char* payload, size_t bytes);
   PendingSend* firstUnpublished();
-  char* forwardSlot(const Forward* forward, size_t bytes);
-  void publishForwarded(size_t bytes);
+  PendingSend* forwardTarget(const Forward* forward, size_t bytes);
+  void publishSlot(PendingSend& s, shm::SlotKind kind, size_t piece);
   Status checkNotWithdrawn() const;
   Status drainControl();
   void ringDoorbell(std::atomic<uint32_t>& sleeping);
