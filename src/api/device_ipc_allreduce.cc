@@ -72,14 +72,15 @@ Status setUp(CommState& state) {
   // Device barriers need stream memory operations, the signals and a stream to release them.
   if (able && envString("WEFT_CUDA_IPC_SYNC").value_or("device") != "host" && gpu::streamMemoryOpsAvailable()) {
     auto made = IpcBuffers::allocate(static_cast<size_t>(state.nranks) * kSignalStride);
-    if (made.isOk() && gpuStreamCreateWithFlags(&ipc->rescue, gpuStreamNonBlocking) == gpuSuccess) {
+    if (made.isOk() && gpuStreamCreateWithFlags(&ipc->rescue, gpuStreamNonBlocking) == gpuSuccess &&
+        gpuHostAlloc(reinterpret_cast<void**>(&ipc->markRead), sizeof *ipc->markRead, 0) == gpuSuccess) {
       ipc->signals = made.take();
       std::memcpy(mine.handles[2], ipc->signals->handle().data(), kHandleBytes);
       mine.deviceBarriers = 1;
     } else {
       (void)gpuGetLastError();
       WEFT_INFO("CUDA IPC barriers go through the host: %s",
-                made.isOk() ? "no stream for the signals" : made.status().message().c_str());
+                made.isOk() ? "no stream or pinned word for the signals" : made.status().message().c_str());
     }
   }
 
@@ -140,6 +141,7 @@ Status setUp(CommState& state) {
 DeviceIpc::~DeviceIpc() {
   if (done != nullptr) (void)gpuEventDestroy(done);
   if (rescue != nullptr) (void)gpuStreamDestroy(rescue);
+  if (markRead != nullptr) (void)gpuFreeHost(markRead);
 }
 
 Result<bool> ipcAllReduceApplies(CommState& state, const core::CollectiveCall& call) {
@@ -172,6 +174,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   BreakUnlessQueued guard{state};
   auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
   WEFT_TRY(op->allocate(16));  // the PreMulSum scalar
+  trackQueued(ipc, op);
   if (ipc.doneRecorded) {
     WEFT_TRY(checkRuntime(gpuStreamWaitEvent(stream, ipc.done, 0), "waiting for the previous CUDA IPC all-reduce"));
   }

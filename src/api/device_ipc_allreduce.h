@@ -19,13 +19,16 @@
 // so no host thread is in the loop; the progress engine only watches the operation's deadline,
 // and on a timeout marks it failed and releases the waits. Without stream memory operations (or
 // with WEFT_CUDA_IPC_SYNC=host) the barriers are host phases instead. Kernels read the operation's
-// skip flag first, so after a failed barrier none touches a peer. GPU builds only.
+// skip flag first, and a failure sets it on every operation queued, so after a failed barrier
+// none touches a peer. GPU builds only.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <vector>
 
 #include "api/comm_handle.h"
 #include "core/collective_call.h"
@@ -35,6 +38,8 @@
 #include "transport/shm/shm_arena.h"
 
 namespace weft::api {
+
+struct DeviceOperation;
 
 struct DeviceIpc {
   ~DeviceIpc();  // with the communicator's device current
@@ -49,7 +54,13 @@ struct DeviceIpc {
   // rather than take that peer's later signals for progress.
   std::atomic<uint32_t> barriers{0};
   gpuStream_t rescue = nullptr;  // releases this rank's waits after a failure
+  uint32_t* markRead = nullptr;  // pinned: where checkPeers reads this rank's failure mark back
+  // Set, under queuedMutex, by the first failure; every operation in `queued` (those on a stream
+  // and not yet released) is failed with it, so that their kernels skip when the released
+  // barriers let them run.
   std::atomic<bool> broken{false};
+  std::mutex queuedMutex;
+  std::vector<std::weak_ptr<DeviceOperation>> queued;
   // Recorded at the end of each operation; the next one's stream waits for it, so operations on
   // different streams still take the buffers in turn.
   gpuEvent_t done = nullptr;

@@ -221,6 +221,7 @@ Result<bool> enqueueIpcDirect(const std::shared_ptr<CommState>& state, gpuStream
 
   // Every rank queues this call from here on: a failure must release its peers.
   BreakUnlessQueued guard{state, true};
+  trackQueued(ipc, op);
   reduce.skipIf = op->deviceSkipFlag();
   if (ipc.doneRecorded) {
     WEFT_TRY(checkRuntime(gpuStreamWaitEvent(stream, ipc.done, 0), "waiting for the previous CUDA IPC all-reduce"));

@@ -23,9 +23,38 @@ Status queueDeviceBarrier(DeviceIpc& ipc, int rank, int n, gpuStream_t stream) {
   return Status::ok();
 }
 
+namespace {
+
+Status skippedAfterFailure() {
+  return Status(weftRemoteError, "skipped: an earlier all-reduce on device buffers failed");
+}
+
+}  // namespace
+
+void trackQueued(DeviceIpc& ipc, const std::shared_ptr<DeviceOperation>& op) {
+  std::lock_guard<std::mutex> lock(ipc.queuedMutex);
+  std::erase_if(ipc.queued, [](const std::weak_ptr<DeviceOperation>& q) {
+    auto live = q.lock();
+    return live == nullptr || live->released.load();
+  });
+  if (ipc.broken) {
+    op->fail(skippedAfterFailure());
+    return;
+  }
+  ipc.queued.push_back(op);
+}
+
 void releaseBarriers(const std::shared_ptr<CommState>& state) {
   DeviceIpc& ipc = *state->ipc;
-  ipc.broken = true;
+  {
+    // Before the counters move: a kernel reads its operation's skip flag once its barrier passes.
+    std::lock_guard<std::mutex> lock(ipc.queuedMutex);
+    ipc.broken = true;
+    for (const auto& q : ipc.queued) {
+      if (auto live = q.lock(); live != nullptr && !live->released) live->fail(skippedAfterFailure());
+    }
+    ipc.queued.clear();
+  }
   auto write = [&](uint32_t* counter, uint32_t value, const char* what, int q) {
     if (gpu::streamWriteValue(ipc.rescue, counter, value) == gpuSuccess) return;
     (void)gpuGetLastError();
@@ -43,14 +72,14 @@ void releaseBarriers(const std::shared_ptr<CommState>& state) {
 Status checkPeers(const std::shared_ptr<CommState>& state) {
   DeviceIpc& ipc = *state->ipc;
   if (ipc.broken) return Status(weftRemoteError, "an earlier all-reduce on device buffers failed");
-  uint32_t marked = 0;
-  if (gpuMemcpyAsync(&marked, signalOf(ipc, state->rank, state->rank), sizeof marked, gpuMemcpyDeviceToHost,
-                     ipc.rescue) != gpuSuccess ||
+  // Into pinned memory: a copy to pageable memory would go through a bounce buffer, on every call.
+  if (gpuMemcpyAsync(ipc.markRead, signalOf(ipc, state->rank, state->rank), sizeof *ipc.markRead,
+                     gpuMemcpyDeviceToHost, ipc.rescue) != gpuSuccess ||
       gpuStreamSynchronize(ipc.rescue) != gpuSuccess) {
     (void)gpuGetLastError();
     return Status::ok();  // unreadable: the deadline still guards the operation
   }
-  if (marked != 0) return Status(weftRemoteError, "a peer's all-reduce failed (timed out or aborted); the result is not valid");
+  if (*ipc.markRead != 0) return Status(weftRemoteError, "a peer's all-reduce failed (timed out or aborted); the result is not valid");
   return Status::ok();
 }
 

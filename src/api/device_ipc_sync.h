@@ -20,9 +20,14 @@ uint32_t* signalOf(const DeviceIpc& ipc, int owner, int from);
 // signal. Counters only grow, so a peer already past this barrier satisfies it too.
 Status queueDeviceBarrier(DeviceIpc& ipc, int rank, int n, gpuStream_t stream);
 
-// After a failure: marks every peer failed (this rank's stream will still signal them once it
-// moves on, and they must not take that for progress), then raises this rank's counters past
-// every barrier queued, so that its stream drains (its kernels skip). From a stream of its own,
+// Records an operation about to queue barriers, so that a failure skips its kernels too; one
+// queued after the path broke is failed at once.
+void trackQueued(DeviceIpc& ipc, const std::shared_ptr<DeviceOperation>& op);
+
+// After a failure: fails every operation still queued, this one's and the ones after it, so
+// that their kernels skip; marks every peer failed (this rank's stream will still signal them
+// once it moves on, and they must not take that for progress); then raises this rank's counters
+// past every barrier queued, so that its stream drains. The writes go from a stream of its own,
 // in that order.
 void releaseBarriers(const std::shared_ptr<CommState>& state);
 

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -222,24 +224,38 @@ int badIpcBufferSize(RankContext& ctx) {
 }
 
 // The last rank dies (SIGKILL) after one all-reduce; the others' next one ends with an error
-// within the timeout, and their streams complete.
+// within the timeout, and their streams complete. Three more queued behind it, before it failed,
+// fail with it: none of their kernels runs (their outputs keep the poison), so none reads a dead
+// peer's memory.
 int killedPeer(RankContext& ctx) {
   constexpr int kTimeoutMs = 5000;
+  constexpr size_t kCount = 1024;
   DeviceBuffer buf(size_t{2} << 20);  // what the direct path shares; it outlives the communicator
+  std::vector<std::unique_ptr<DeviceBuffer>> later;
+  for (int k = 0; k < 3; ++k) {  // filled now: a fill synchronizes the device
+    later.push_back(std::make_unique<DeviceBuffer>(kCount * 4));
+    later.back()->poison();
+  }
   GpuRank g(ctx, kTimeoutMs);
-  RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(0)));
+  RANK_WEFT(ctx, weftAllReduce(buf.ptr, buf.ptr, kCount, weftFloat32, weftSum, g.comm, g.stream(0)));
   g.sync(0);
   if (ctx.rank == ctx.nranks - 1) raise(SIGKILL);
   const auto start = std::chrono::steady_clock::now();
   // The copy-in path fails on the stream (an asynchronous error); the direct path already while
   // the ranks swap where their buffers are.
-  const weftResult_t rc = weftAllReduce(buf.ptr, buf.ptr, 1024, weftFloat32, weftSum, g.comm, g.stream(1));
+  const weftResult_t rc = weftAllReduce(buf.ptr, buf.ptr, kCount, weftFloat32, weftSum, g.comm, g.stream(1));
+  for (auto& out : later) (void)weftAllReduce(buf.ptr, out->ptr, kCount, weftFloat32, weftSum, g.comm, g.stream(1));
   RANK_CHECK(ctx, gpuStreamSynchronize(g.stream(1)) == gpuSuccess, "the stream completes");
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   weftResult_t async = weftSuccess;
   RANK_WEFT(ctx, weftCommGetAsyncError(g.comm, &async));
   RANK_CHECK(ctx, rc != weftSuccess || async != weftSuccess, "an error after the peer died");
   RANK_CHECK(ctx, waited.count() < 3 * kTimeoutMs, "error after %lld ms", static_cast<long long>(waited.count()));
+  for (size_t k = 0; k < later.size(); ++k) {
+    const auto bytes = later[k]->read();
+    RANK_CHECK(ctx, std::all_of(bytes.begin(), bytes.end(), [](unsigned char b) { return b == 0xA5; }),
+               "the all-reduce queued %zu after the failed one wrote its output", k + 1);
+  }
   return 0;
 }
 
