@@ -206,6 +206,11 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
                           "copying the PreMulSum scalar"));
     scalar = op->deviceScalar();
   }
+  // A small call's kernels read the skip flag where the host writes it: two copies fewer on the
+  // stream, each costing more than the few reads over the bus.
+  const bool mappedSkip = call.count * size <= DeviceOperation::kMappedSkipMaxBytes;
+  const int* skipIf = mappedSkip ? op->mappedSkipFlag() : op->deviceSkipFlag();
+  auto refreshSkipFlag = [&]() { return mappedSkip ? Status::ok() : op->copySkipFlag(stream); };
   const auto* send = static_cast<const unsigned char*>(call.send);
   auto* recv = static_cast<unsigned char*>(call.recv);
   for (size_t offset = 0; offset < call.count; offset += pieceCount) {
@@ -229,7 +234,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
       WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(scale, stream), "launching the PreMulSum scaling"));
     }
     WEFT_TRY(barrier());
-    WEFT_TRY(op->copySkipFlag(stream));
+    WEFT_TRY(refreshSkipFlag());
 
     kernels::gpu::ReduceArgs reduce;
     reduce.listed = true;
@@ -243,10 +248,10 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     reduce.type = call.type;
     reduce.op = call.op;
     reduce.divisor = un;
-    reduce.skipIf = op->deviceSkipFlag();
+    reduce.skipIf = skipIf;
     WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(reduce, stream), "launching the reduce-scatter kernel"));
     WEFT_TRY(barrier());
-    WEFT_TRY(op->copySkipFlag(stream));
+    WEFT_TRY(refreshSkipFlag());
 
     for (size_t q = 0; q < un; ++q) {
       const size_t first = q * block;
@@ -258,7 +263,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
       gather.out = recv + (offset + first) * size;
       gather.count = std::min(block, count - first);
       gather.type = call.type;
-      gather.skipIf = op->deviceSkipFlag();
+      gather.skipIf = skipIf;
       WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(gather, stream), "launching the all-gather copy"));
     }
   }

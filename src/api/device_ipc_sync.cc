@@ -35,7 +35,7 @@ void trackQueued(DeviceIpc& ipc, const std::shared_ptr<DeviceOperation>& op) {
   std::lock_guard<std::mutex> lock(ipc.queuedMutex);
   std::erase_if(ipc.queued, [](const std::weak_ptr<DeviceOperation>& q) {
     auto live = q.lock();
-    return live == nullptr || live->released.load();
+    return live == nullptr || live->streamPassed();
   });
   if (ipc.broken) {
     op->fail(skippedAfterFailure());
@@ -51,7 +51,7 @@ void releaseBarriers(const std::shared_ptr<CommState>& state) {
     std::lock_guard<std::mutex> lock(ipc.queuedMutex);
     ipc.broken = true;
     for (const auto& q : ipc.queued) {
-      if (auto live = q.lock(); live != nullptr && !live->released) live->fail(skippedAfterFailure());
+      if (auto live = q.lock(); live != nullptr && !live->streamPassed()) live->fail(skippedAfterFailure());
     }
     ipc.queued.clear();
   }

@@ -38,6 +38,10 @@ DeviceOperation::~DeviceOperation() {
   if (released) {
     if (pinned.host != nullptr) pool->release(pinned);
     for (gpuEvent_t event : events) pool->release(event);
+  } else if (releaseWritten) {
+    pool->releaseWhenPassed(pinned, std::move(events),
+                            reinterpret_cast<const volatile uint32_t*>(static_cast<unsigned char*>(pinned.host) +
+                                                                       kPassedFlagAt));
   }
   pool->operationEnded();
 }
@@ -211,6 +215,15 @@ Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t start
 }
 
 Status enqueueRelease(const OperationRef& op, gpuStream_t stream) {
+  if (op->pinned.host != nullptr && gpu::streamMemoryOpsAvailable()) {
+    auto* passed = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(op->pinned.device) +
+                                               DeviceOperation::kPassedFlagAt);
+    if (gpu::streamWriteValue(stream, passed, 1) == gpuSuccess) {
+      op->releaseWritten = true;
+      return Status::ok();
+    }
+    (void)gpuGetLastError();
+  }
   auto* ref = new OperationRef(op);
   if (gpuError_t err = gpuLaunchHostCallback(stream, releaseOperation, ref); err != gpuSuccess) {
     delete ref;

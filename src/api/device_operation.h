@@ -47,6 +47,10 @@ struct DeviceOperation {
   // stream order (call it after each wait, before the kernels that follow).
   const int* deviceSkipFlag() const { return static_cast<const int*>(pinned.deviceWords); }
   Status copySkipFlag(gpuStream_t stream);
+  // The skip flag where the host writes it, for a kernel to read over the bus: cheaper than the
+  // copy for a grid of a few blocks (kMappedSkipMaxBytes), each of which reads it once.
+  const int* mappedSkipFlag() const { return static_cast<const int*>(pinned.device); }
+  static constexpr size_t kMappedSkipMaxBytes = 64 << 10;
   // Device memory for a PreMulSum scalar (up to 16 bytes), beside the skip flag.
   void* deviceScalar() const { return static_cast<unsigned char*>(pinned.deviceWords) + 16; }
   const uint32_t* devicePhaseFlag() const {
@@ -59,8 +63,15 @@ struct DeviceOperation {
   void fail(const Status& status);
   Status failed();
 
+  // Whether the stream has passed the operation's last step (enqueueRelease).
+  bool streamPassed() const {
+    return released || (releaseWritten && *reinterpret_cast<const volatile uint32_t*>(
+                                               static_cast<const unsigned char*>(pinned.host) + kPassedFlagAt) != 0);
+  }
+
   static constexpr size_t kControlBytes = 256;
-  static constexpr size_t kPhaseFlagAt = 64;  // its own cache line, apart from the skip flag
+  static constexpr size_t kPhaseFlagAt = 64;    // its own cache line, apart from the skip flag
+  static constexpr size_t kPassedFlagAt = 128;  // written by the stream after the operation's work
   uint32_t phasesQueued = 0;  // the API thread's count
   std::shared_ptr<CommState> state;
   std::shared_ptr<gpu::StagingPool> pool;
@@ -68,6 +79,7 @@ struct DeviceOperation {
   gpu::PinnedBuffer pinned;
   std::vector<gpuEvent_t> events;
   std::atomic<bool> released{false};  // set by the release callback, the stream's last step
+  bool releaseWritten = false;  // or the stream writes the passed flag instead (enqueueRelease)
   std::mutex mutex;
   Status failure;
 };
@@ -93,7 +105,10 @@ Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t start
 // Waits for a stream to reach `event`, polling until the deadline or an abort.
 Status waitForEvent(gpuEvent_t event, const Deadline& deadline, const std::atomic<bool>& abortFlag, int timeoutMs);
 
-// The operation's last step on the stream: its pinned memory goes back to the pool.
+// The operation's last step on the stream: its pinned memory and events go back to the pool once
+// the stream passes it. Where the driver has stream memory operations the stream writes a flag in
+// that memory, which the pool reads; elsewhere a host callback, which holds the stream until a
+// driver thread has run it, marks it released.
 Status enqueueRelease(const OperationRef& op, gpuStream_t stream);
 
 // weftUnhandledCudaError with the runtime's text when err is not success (the runtime's sticky

@@ -15,9 +15,19 @@ StagingPool::~StagingPool() {
   }
 }
 
+void StagingPool::reclaimPassed() {
+  std::erase_if(pending_, [&](Pending& p) {
+    if (*p.passed == 0) return false;
+    freeBuffers_.push_back(p.buffer);
+    freeEvents_.insert(freeEvents_.end(), p.events.begin(), p.events.end());
+    return true;
+  });
+}
+
 Result<PinnedBuffer> StagingPool::acquireBuffer(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    reclaimPassed();
     // The smallest free buffer that fits, unless it is far larger than needed.
     auto best = freeBuffers_.end();
     for (auto it = freeBuffers_.begin(); it != freeBuffers_.end(); ++it) {
@@ -58,6 +68,7 @@ Result<PinnedBuffer> StagingPool::acquireBuffer(size_t bytes) {
 Result<gpuEvent_t> StagingPool::acquireEvent() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (freeEvents_.empty()) reclaimPassed();
     if (!freeEvents_.empty()) {
       gpuEvent_t event = freeEvents_.back();
       freeEvents_.pop_back();
@@ -85,6 +96,12 @@ void StagingPool::release(gpuEvent_t event) {
   freeEvents_.push_back(event);
 }
 
+void StagingPool::releaseWhenPassed(const PinnedBuffer& buffer, std::vector<gpuEvent_t> events,
+                                    const volatile uint32_t* passed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.push_back({buffer, std::move(events), passed});
+}
+
 void StagingPool::operationStarted() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++inFlight_;
@@ -98,19 +115,24 @@ void StagingPool::operationEnded() {
 bool StagingPool::waitIdle(int timeoutMs) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
-  while (inFlight_ > 0) {
+  reclaimPassed();
+  while (inFlight_ > 0 || !pending_.empty()) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      WEFT_WARN("device staging: %d operations still in flight after %d ms; their memory is not freed", inFlight_,
-                timeoutMs);
+      WEFT_WARN("device staging: %d operations still in flight and %zu not yet passed by their streams after %d ms; "
+                "their memory is not freed",
+                inFlight_, pending_.size(), timeoutMs);
       return false;
     }
-    ended_.wait_for(lock, std::chrono::milliseconds(100));
+    // Nothing signals a stream's write: while only those are left, look again soon.
+    ended_.wait_for(lock, std::chrono::milliseconds(inFlight_ > 0 ? 100 : 1));
+    reclaimPassed();
     // After a device fault the runtime skips host functions, so no operation would ever end.
     const gpuError_t health = gpuStreamQuery(nullptr);
     if (health != gpuSuccess && health != gpuErrorNotReady) {
       (void)gpuGetLastError();
-      WEFT_WARN("device staging: the GPU failed (%s); %d operations never ended, their memory is not freed",
-                gpuGetErrorString(health), inFlight_);
+      WEFT_WARN("device staging: the GPU failed (%s); %d operations never ended (%zu never passed), their memory is "
+                "not freed",
+                gpuGetErrorString(health), inFlight_, pending_.size());
       return false;
     }
   }
@@ -129,6 +151,7 @@ void StagingPool::freeAll() {
   freeBuffers_.clear();
   allEvents_.clear();
   freeEvents_.clear();
+  pending_.clear();
 }
 
 }  // namespace weft::gpu

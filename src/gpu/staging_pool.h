@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -39,20 +40,33 @@ class StagingPool {
   // Give back; neither calls the runtime, so stream callbacks may return things.
   void release(const PinnedBuffer& buffer);
   void release(gpuEvent_t event);
+  // Gives back what an operation used once `passed` (a word of the buffer's own pinned memory,
+  // which a stream memory operation queued after the operation's work writes) is non-zero: until
+  // then none of it is handed out again, and waitIdle waits for it.
+  void releaseWhenPassed(const PinnedBuffer& buffer, std::vector<gpuEvent_t> events, const volatile uint32_t* passed);
 
   // One more, or one fewer, operation in flight.
   void operationStarted();
   void operationEnded();
 
-  // Waits up to timeoutMs for every operation to end; false when some are still in flight (or
-  // the device has failed, so that its stream callbacks will never run).
+  // Waits up to timeoutMs for every operation to end and its stream to pass it; false when some
+  // are still in flight (or the device has failed, so that its stream callbacks will never run).
   bool waitIdle(int timeoutMs);
   // Frees every buffer and event; only after waitIdle returned true.
   void freeAll();
 
  private:
+  struct Pending {
+    PinnedBuffer buffer;
+    std::vector<gpuEvent_t> events;
+    const volatile uint32_t* passed;
+  };
+  // Moves what the streams have passed from pending_ to the free lists; with mutex_ held.
+  void reclaimPassed();
+
   const int device_;
   std::mutex mutex_;
+  std::vector<Pending> pending_;
   std::condition_variable ended_;
   int inFlight_ = 0;
   std::vector<PinnedBuffer> freeBuffers_;
