@@ -79,7 +79,7 @@ struct DeviceOperation {
   gpu::PinnedBuffer pinned;
   std::vector<gpuEvent_t> events;
   std::atomic<bool> released{false};  // set by the release callback, the stream's last step
-  bool releaseWritten = false;  // or the stream writes the passed flag instead (enqueueRelease)
+  std::atomic<bool> releaseWritten{false};  // or the stream writes the passed flag instead (enqueueRelease)
   std::mutex mutex;
   Status failure;
 };
