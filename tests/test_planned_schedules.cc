@@ -282,23 +282,25 @@ TEST_CASE("ring all-reduce: out of place only full sums reach the output, stream
   const size_t count = 3 * 40 * 16 + 5;  // many 64-byte chunks per block, blocks of unequal size
   for (int n : {2, 3, 4}) {
     const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(interleaved(1, n, 8)));
-    for (bool recvReduce : {false, true}) {
+    for (int transport : {0, 1, 2}) {  // plain; reducing on receipt; and forwarding as well
+      const bool recvReduce = transport > 0, forward = transport > 1;
       for (bool inPlace : {false, true}) {
         for (size_t streamingMinBytes : {count * 4, count * 4 + 1}) {
           const bool streams = !inPlace && streamingMinBytes <= count * 4;
           const coll::PipelineParams pipeline{.chunkBytes = 64, .slots = 2, .streamingMinBytes = streamingMinBytes};
           for (int rank = 0; rank < n; ++rank) {
-            CAPTURE(n, recvReduce, inPlace, streamingMinBytes, rank);
+            CAPTURE(n, transport, inPlace, streamingMinBytes, rank);
             const coll::CollectiveShape shape{.nranks = n, .rank = rank, .count = count, .elementSize = 4,
-                                              .inPlace = inPlace, .recvReduce = recvReduce, .order = &order};
+                                              .inPlace = inPlace, .recvReduce = recvReduce, .forward = forward,
+                                              .order = &order};
             const coll::Schedule s = coll::buildSchedule(shape, coll::Algorithm::Ring, pipeline);
             std::set<size_t> sentOn;  // output offsets that a send reads
             for (const coll::Step& step : s.steps) {
               if (step.kind == coll::StepKind::Send && step.src.buffer == coll::Buffer::Recv) sentOn.insert(step.src.offset);
             }
             // Out of place, partial sums stay in scratch: the output is written once. Streaming
-            // stores write it exactly where nothing reads it again (the all-gather's forwards
-            // read it from cache).
+            // stores write it exactly where no send reads it again (a plain send of the
+            // all-gather's chunks reads it from cache; a forwarding receive sends from the slot).
             size_t outputBytes = 0;
             for (const coll::Step& step : s.steps) {
               if (step.kind == coll::StepKind::Send || step.dst.buffer != coll::Buffer::Recv) {

@@ -47,7 +47,9 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
                         shape.recvReduce ? 0 : slots.capacity());
   // A large call out of place streams its output (schedules.h): the full sums go to scratch, on
   // to the next rank from there, and into the output with streaming stores, as do the chunks
-  // the all-gather's last step receives.
+  // the all-gather's last step receives, and where forwarding passes the all-gather's other
+  // chunks on from the slot, those too (a piece that falls back is sent on from the output,
+  // read back from memory once, where a cached store would have read the line in first).
   const bool stream = !shape.inPlace && shape.bytes() >= pipeline.streamingMinBytes;
   size_t chunks = 0;
   for (int blk = 0; blk < n; ++blk) chunks = std::max(chunks, layout.chunks(blk));
@@ -79,7 +81,7 @@ Schedule buildOneRing(const CollectiveShape& shape, const PipelineParams& pipeli
     }
     if (t >= n - 1) {
       if (shape.forward) {
-        forwarding[c] = b.recvForward(prev, next, output, nullptr, elements * esize, esize, true);
+        forwarding[c] = b.recvForward(prev, next, output, nullptr, elements * esize, esize, true, stream);
       } else {
         b.recv(prev, output, elements * esize);
       }
