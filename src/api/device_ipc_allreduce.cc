@@ -171,8 +171,10 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     WEFT_ASSIGN_OR_RETURN(bool queued, enqueueIpcDirect(state, stream, fn, call));
     if (queued) return Status::ok();
   }
-  BreakUnlessQueued guard{state};
+  // The operation before the guard: a failure below destroys the guard first, whose release
+  // must find the operation still queued to set its skip flag before the counters move.
   auto op = std::make_shared<DeviceOperation>(state, stagingPoolOf(*state), fn);
+  BreakUnlessQueued guard{state};
   WEFT_TRY(op->allocate(16));  // the PreMulSum scalar
   trackQueued(ipc, op);
   if (ipc.doneRecorded) {

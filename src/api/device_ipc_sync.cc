@@ -38,7 +38,7 @@ void trackQueued(DeviceIpc& ipc, const std::shared_ptr<DeviceOperation>& op) {
     return live == nullptr || live->streamPassed();
   });
   if (ipc.broken) {
-    op->fail(skippedAfterFailure());
+    op->skip(skippedAfterFailure());
     return;
   }
   ipc.queued.push_back(op);
@@ -46,15 +46,15 @@ void trackQueued(DeviceIpc& ipc, const std::shared_ptr<DeviceOperation>& op) {
 
 void releaseBarriers(const std::shared_ptr<CommState>& state) {
   DeviceIpc& ipc = *state->ipc;
-  {
-    // Before the counters move: a kernel reads its operation's skip flag once its barrier passes.
-    std::lock_guard<std::mutex> lock(ipc.queuedMutex);
-    ipc.broken = true;
-    for (const auto& q : ipc.queued) {
-      if (auto live = q.lock(); live != nullptr && !live->streamPassed()) live->fail(skippedAfterFailure());
-    }
-    ipc.queued.clear();
+  // Held to the end: the engine thread and a user thread's failed call may release at once, and
+  // the number each reads must reach the rescue stream in the order read, never a lower one last.
+  std::lock_guard<std::mutex> lock(ipc.queuedMutex);
+  // Before the counters move: a kernel reads its operation's skip flag once its barrier passes.
+  ipc.broken = true;
+  for (const auto& q : ipc.queued) {
+    if (auto live = q.lock(); live != nullptr && !live->streamPassed()) live->skip(skippedAfterFailure());
   }
+  ipc.queued.clear();
   auto write = [&](uint32_t* counter, uint32_t value, const char* what, int q) {
     if (gpu::streamWriteValue(ipc.rescue, counter, value) == gpuSuccess) return;
     (void)gpuGetLastError();

@@ -63,17 +63,21 @@ void DeviceOperation::finishPhase(uint32_t phase) {
   *reinterpret_cast<volatile uint32_t*>(static_cast<unsigned char*>(pinned.host) + kPhaseFlagAt) = phase;
 }
 
-void DeviceOperation::fail(const Status& status) {
+bool DeviceOperation::skip(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (!failure.isOk()) return;
+    if (!failure.isOk()) return false;
     failure = status;
   }
   // Kernels queued after this point read the flag and return at once.
   if (pinned.host != nullptr) reinterpret_cast<volatile int*>(pinned.host)[0] = 1;
   int expected = weftSuccess;
   state->backgroundError.compare_exchange_strong(expected, status.code());
-  reportError(status, state.get());
+  return true;
+}
+
+void DeviceOperation::fail(const Status& status) {
+  if (skip(status)) reportError(status, state.get());
 }
 
 Status DeviceOperation::failed() {
@@ -196,7 +200,14 @@ Status enqueueWatch(const OperationRef& op, gpuStream_t stream, gpuEvent_t start
     ScopedDevice onDevice(op->pool->device());
     const int timeoutMs = op->state->config.timeoutMs;
     Status status = op->failed();
-    if (status.isOk()) status = waitForEvent(started, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
+    if (!status.isOk()) {
+      // Failed while queued, behind a failed operation whose release let it through. A live
+      // peer whose stream drains later still writes the barrier numbers it had queued, which
+      // can lower a counter the release raised: release again if the stream does not pass.
+      if (!waitForEvent(ended, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs).isOk()) unblock();
+      return status;
+    }
+    status = waitForEvent(started, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
     if (status.isOk()) {
       status = waitForEvent(ended, Deadline::afterMs(timeoutMs), op->state->abortFlag, timeoutMs);
       if (status.code() == weftTimeout) {

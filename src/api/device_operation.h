@@ -61,6 +61,10 @@ struct DeviceOperation {
 
   // A failure is what weftCommGetAsyncError reports; later phases and kernels do not run.
   void fail(const Status& status);
+  // The same without the last-error text, for an operation skipped because an earlier one
+  // failed: the text stays the earlier failure's, which says what went wrong (as does
+  // weftCommGetAsyncError, which keeps the first code). False where it had failed already.
+  bool skip(const Status& status);
   Status failed();
 
   // Whether the stream has passed the operation's last step (enqueueRelease).
