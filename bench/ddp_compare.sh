@@ -1,42 +1,61 @@
 #!/usr/bin/env bash
 # bench/ddp_compare.sh: PyTorch DDP training on 2 CPU ranks with backend "weft" beside "gloo", in
-# one run: one epoch of the seed CNN on Fashion-MNIST (accuracy and time), then STEPS steps of a
-# 20M-parameter MLP (communication bound) with each backend and with no exchange at all (the
-# floor both share: DDP's hook keeps each rank's own gradients), then the C++ example's epoch. Records
-# bench/results/YYYY-MM-DD-ddp-vs-gloo.md.   Usage: bench/ddp_compare.sh [STEPS]   (BUILD_DIR)
+# one run: one epoch of the seed CNN on Fashion-MNIST (accuracy and time); then ROUNDS rounds of
+# STEPS steps of a 20M-parameter MLP (communication bound), each round taking turns between weft,
+# gloo and no exchange at all (the floor both share: DDP's hook keeps each rank's own gradients),
+# so that a noisy machine's slow spells fall on all three alike; then the C++ example's epoch.
+# Records bench/results/YYYY-MM-DD-ddp-vs-gloo.md.
+#   Usage: bench/ddp_compare.sh [STEPS [ROUNDS]]   (defaults 60 and 3; BUILD_DIR)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 steps=${1:-60}
+rounds=${2:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 py=/usr/bin/python3
 script=$root/examples/ddp/train_fashion_mnist.py
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+blas=$(readlink -f "$(/sbin/ldconfig -p | awk '/libblas\.so\.3 /{print $NF; exit}')" 2>/dev/null || echo unknown)
 run() {  # name, then the command
   local name=$1
   shift
   echo "== $name: $*" | sed "s|$root|.|g"
   (cd "$work" && "$@") | tee "$work/$name.log" | tail -1
 }
+example() {  # backend, model, then more of the example's arguments
+  local backend=$1 model=$2
+  shift 2
+  echo env PYTHONPATH="$build/python" "$build/bin/weftrun" -n 2 --timeout 1800 "$py" "$script" --backend "$backend" \
+    --model "$model" "$@"
+}
+step_ms() { sed -n 's/.*(\([0-9.]*\) ms a step.*/\1/p' "$work/$1.log"; }
 cmds=()
-for model_steps in "cnn:-1" "mlp:$steps"; do
-  model=${model_steps%%:*}
-  max=${model_steps##*:}
-  for backend in gloo weft; do
-    cmd=(env PYTHONPATH="$build/python" "$build/bin/weftrun" -n 2 --timeout 1800 "$py" "$script" --backend "$backend"
-      --model "$model" --max-steps "$max" --save "$work/$backend.pt")
-    if [[ $model == mlp ]]; then
-      cmd+=(--batch 2)  # little compute per step: the 80 MB all-reduce dominates
-    fi
-    cmds+=("${cmd[*]}")
-    run "$model-$backend" "${cmd[@]}"
-  done
+for backend in gloo weft; do
+  read -ra cmd <<<"$(example "$backend" cnn --max-steps -1 --save "$work/$backend.pt")"
+  cmds+=("${cmd[*]}")
+  run "cnn-$backend" "${cmd[@]}"
 done
-cmd=(env PYTHONPATH="$build/python" "$build/bin/weftrun" -n 2 --timeout 1800 "$py" "$script" --backend gloo
-  --model mlp --max-steps "$steps" --batch 2 --no-exchange --save "$work/floor.pt")
-cmds+=("${cmd[*]}")
-run "mlp-floor" "${cmd[@]}"
+# The MLP at batch 2: little compute per step, so the 80 MB all-reduce weighs.
+declare -A mlp=(
+  [weft]="$(example weft mlp --max-steps "$steps" --batch 2 --save "$work/weft.pt")"
+  [gloo]="$(example gloo mlp --max-steps "$steps" --batch 2 --save "$work/gloo.pt")"
+  [floor]="$(example gloo mlp --max-steps "$steps" --batch 2 --no-exchange --save "$work/floor.pt")"
+)
+cmds+=("${mlp[weft]}" "${mlp[gloo]}" "${mlp[floor]}")
+rows=()
+ratios=()
+for ((r = 1; r <= rounds; r++)); do
+  for kind in weft gloo floor; do
+    read -ra cmd <<<"${mlp[$kind]}"
+    run "mlp-$kind-$r" "${cmd[@]}"
+  done
+  w=$(step_ms "mlp-weft-$r") g=$(step_ms "mlp-gloo-$r") f=$(step_ms "mlp-floor-$r")
+  ratio=$(awk -v w="$w" -v g="$g" 'BEGIN { printf "%.3f", w / g }')
+  ratios+=("$ratio")
+  rows+=("| $r | $w | $g | $f | $ratio | $(awk -v w="$w" -v f="$f" 'BEGIN { printf "%.1f", w - f }') | $(awk -v g="$g" -v f="$f" 'BEGIN { printf "%.1f", g - f }') |")
+done
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 cmd=("$build/bin/weftrun" -n 2 --timeout 1800 "$build/bin/train_fashion_mnist" --save "$work/cc.pt")
 cmds+=("${cmd[*]}")
 run "cc-weft" "${cmd[@]}"
@@ -48,10 +67,18 @@ summary=$(cat <<TXT
 | --- | --- |
 | seed CNN, 1 epoch, gloo | $(result cnn-gloo) |
 | seed CNN, 1 epoch, weft | $(result cnn-weft) |
-| 20M-parameter MLP, batch 2, $steps steps, gloo | $(result mlp-gloo) |
-| 20M-parameter MLP, batch 2, $steps steps, weft | $(result mlp-weft) |
-| 20M-parameter MLP, batch 2, $steps steps, no exchange (the floor) | $(result mlp-floor) |
+| 20M-parameter MLP, batch 2, $steps steps, gloo (round 1) | $(result mlp-gloo-1) |
+| 20M-parameter MLP, batch 2, $steps steps, weft (round 1) | $(result mlp-weft-1) |
+| 20M-parameter MLP, batch 2, $steps steps, no exchange (round 1) | $(result mlp-floor-1) |
 | C++ example (libtorch + weft DDP layer), 1 epoch | $(result cc-weft) |
+
+The MLP, milliseconds a step (the slowest rank's), rounds in turn:
+
+| round | weft | gloo | no exchange (floor) | weft / gloo | weft - floor | gloo - floor |
+|---:|---:|---:|---:|---:|---:|---:|
+$(printf '%s\n' "${rows[@]}")
+
+Median weft / gloo over $rounds rounds: **$median** (issue 7's target: at most 0.7).
 TXT
 )
 echo "$summary"
@@ -60,7 +87,7 @@ out=$root/bench/results/$(date +%F)-ddp-vs-gloo.md
   echo "# PyTorch DDP on 2 CPU ranks: backend weft vs gloo, $(date +%F)"
   echo
   echo "Machine: $(uname -n), $(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p')); load average before $load_before, after $load_after."
-  echo "Weft revision: $(git -C "$root" describe --always --dirty). Command: bench/ddp_compare.sh $steps."
+  echo "Weft revision: $(git -C "$root" describe --always --dirty). Command: bench/ddp_compare.sh $steps $rounds. torch's BLAS: $blas."
   echo "Each run: weftrun -n 2, torch.set_num_threads(1) per rank, SGD lr 0.05 momentum 0.9, batch 64 per rank (MLP: 2);"
   echo "training time is the slowest rank's, data loading and the test pass excluded."
   echo

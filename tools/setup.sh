@@ -34,12 +34,15 @@ done
 #   libhwloc-dev                      topology discovery (src/topo)
 #   clang libclang-rt-14-dev          libFuzzer builds of tests/fuzz (tools/fuzz.sh, .ci/run)
 #   python3-torch libtorch-dev        the torch.distributed backend (python/) and the C++ DDP example
+#   libopenblas0-serial               their BLAS: without it libblas.so.3 is the unoptimized reference
+#                                     BLAS (the training benchmarks' test pass took minutes); serial, as
+#                                     each rank keeps to one thread (torch.set_num_threads(1))
 #   pybind11-dev python3-dev          ... its Python module
 #   zlib1g-dev dataset-fashion-mnist  the training examples' data (gzip'd IDX files)
 #   hipcc libamdhip64-dev             the HIP variant of the GPU path (CUDA, when present, is
 #                                     /usr/local/cuda: NVIDIA's, not a Debian package)
 packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev python3
-  iproute2 procps libhwloc-dev clang libclang-rt-14-dev python3-torch libtorch-dev pybind11-dev python3-dev
+  iproute2 procps libhwloc-dev clang libclang-rt-14-dev python3-torch libtorch-dev libopenblas0-serial pybind11-dev python3-dev
   zlib1g-dev dataset-fashion-mnist hipcc libamdhip64-dev)
 
 missing=()

@@ -92,7 +92,7 @@ def main():
         for images, labels in loader:
             if 0 <= args.max_steps <= step:
                 break
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=True)  # torch 2.x's default; 1.13 zeroes in place unless asked
             loss = F.cross_entropy(net(images), labels)
             loss.backward()
             optimizer.step()
