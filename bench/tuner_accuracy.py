@@ -3,8 +3,8 @@
 memory) on 2, 4 and 8 local ranks from 8 B to 32 MiB, with the ring and the tree forced (and
 recursive doubling and one-shot up to 512 KiB), beside the model's predictions for each
 (weft-topo --predict; with --tune measure, the predictions the communicators logged at
-WEFT_DEBUG=INFO after fitting the model to all-reduces timed at init) and the tuner's own
-choice. Prints the tables and records them in bench/results/YYYY-MM-DD-tuner-accuracy.md.
+WEFT_DEBUG=INFO after fitting the model to all-reduces timed at init, each algorithm's from
+the runs that timed it) and the tuner's own choice. Prints the tables and records them in bench/results/YYYY-MM-DD-tuner-accuracy.md.
 
 Targets (reported, not enforced): predictions within 25% of the measured time where the machine
 is quiet, and the tuner never choosing an algorithm measured more than 1.5x slower than the
@@ -29,22 +29,25 @@ BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
 ALGOS = {"ring": "ring", "tree": "tree", "rd": "recursive-doubling", "oneshot": "one-shot"}
 
 
-def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False):
+def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False, log_predictions=False):
     """Times per size; with log_choices, also the algorithm the communicator chose per size and
-    its predicted time for each algorithm (from its WEFT_DEBUG=INFO lines)."""
+    its predicted time for each algorithm (from its WEFT_DEBUG=INFO lines); with
+    log_predictions, the times and those predictions."""
     path = os.path.join(work, f"{nranks}-{algo or 'tuner'}.json")
     env = dict(os.environ, WEFT_TRANSPORT="shm")  # and main's WEFT_TUNE
     if algo:
         env["WEFT_ALGO"] = f"allreduce:{algo}"
-    if log_choices:
+    if log_choices or log_predictions:
         env["WEFT_DEBUG"] = "INFO"
     cmd = [os.path.join(BUILD, "bin", "weftrun"), "-n", str(nranks), os.path.join(BUILD, "bin", "weft-perf"),
            "allreduce", "-b", min_bytes, "-e", max_bytes, "-f", "4", "-n", str(iters), "-w", "3", "-c", "0",
            "-J", path]
     done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE if log_choices else None, text=True)
+                          stderr=subprocess.PIPE if log_choices or log_predictions else None, text=True)
     with open(path, encoding="utf-8") as f:
         times = {row["size"]: row["oop"]["time_us"] for row in json.load(f)}
+    if log_predictions:
+        return times, logged_predictions(done.stderr)
     if not log_choices:
         return times
     chosen = {int(m.group(1)): m.group(2)
@@ -59,20 +62,36 @@ def logged_predictions(text):
             for m in re.finditer(r"all-reduce of (\d+) bytes on \d+ ranks, predicted: (.*)", text)}
 
 
-def measure_all(nranks, top, repeats, work):
+def measure_all(nranks, top, repeats, work, own_predictions=False):
     """Per algorithm (forced), the median over `repeats` runs of each size. The algorithms take
     turns within each repeat, so that a noisy spell of the machine hits all of them alike. Small
     sizes (to 512 KiB) run many iterations, since one descheduling of an oversubscribed rank
     would swamp a short average; large ones (recursive doubling and one-shot stop at 512 KiB)
-    run few."""
+    run few.
+
+    With own_predictions (WEFT_TUNE=measure), also the median over the same runs of what each
+    run's communicators predicted for the algorithm they ran: each fits the model at its own
+    init, so its prices and its times come from the same moment of the machine."""
     runs = {a: [] for a in ALGOS}
+    priced = {a: [] for a in ALGOS}
     for _ in range(repeats):
         for a in ALGOS:
-            times = run_perf(nranks, a, "8", "512K", 100, work)
-            if a in ("ring", "tree"):
-                times.update(run_perf(nranks, a, "2M", top, 10, work))
+            times, predicted = {}, {}
+            for low, high, iters in (("8", "512K", 100), ("2M", top, 10)):
+                if low == "2M" and a not in ("ring", "tree"):
+                    continue
+                if own_predictions:
+                    t, p = run_perf(nranks, a, low, high, iters, work, log_predictions=True)
+                    predicted.update({size: row[ALGOS[a]] for size, row in p.items() if ALGOS[a] in row})
+                else:
+                    t = run_perf(nranks, a, low, high, iters, work)
+                times.update(t)
             runs[a].append(times)
-    return {a: {size: statistics.median(run[size] for run in runs[a]) for size in runs[a][0]} for a in ALGOS}
+            priced[a].append(predicted)
+    median = {a: {size: statistics.median(run[size] for run in runs[a]) for size in runs[a][0]} for a in ALGOS}
+    own = {a: {size: statistics.median(p[size] for p in priced[a] if size in p)
+               for size in runs[a][0] if any(size in p for p in priced[a])} for a in ALGOS}
+    return median, own
 
 
 def communicator_choices(nranks, top, work):
@@ -129,11 +148,16 @@ def main():
     loadavg = open("/proc/loadavg").read().split()[:3]
     round_trip = cpu_pair_latency()
     sections, errors, bad_choices, unverified, mismatches = [], [], [], [], []
+    choice_run_errors = []  # --tune measure: the same times against the choice run's own predictions
     with tempfile.TemporaryDirectory() as work:
         for n in rank_counts:
-            measured = measure_all(n, top, repeats, work)
+            measured, own = measure_all(n, top, repeats, work, own_predictions=args.tune == "measure")
             chosen, logged = communicator_choices(n, top, work)
-            predicted = logged if args.tune == "measure" else predictions(n)
+            if args.tune == "measure":  # each algorithm priced by the runs that timed it
+                predicted = {size: dict(p, **{ALGOS[a]: own[a][size] for a in ALGOS if size in own[a]})
+                             for size, p in logged.items()}
+            else:
+                predicted = predictions(n)
             rows = []
             for size in sorted(measured["ring"]):
                 p = predicted.get(size, {})
@@ -143,6 +167,9 @@ def main():
                     pr = p.get(name)
                     if m is not None and pr is not None and a in ("ring", "tree"):
                         errors.append(abs(pr - m) / m)
+                        other = logged.get(size, {}).get(name) if args.tune == "measure" else None
+                        if other is not None:
+                            choice_run_errors.append(abs(other - m) / m)
                     cells.append(f"{m:.1f} / {pr:.1f}" if m is not None and pr is not None else "-")
                 best = min(measured[a][size] for a in ALGOS if size in measured[a])
                 choice = p.get("choice", "?")
@@ -172,6 +199,10 @@ def main():
                   "| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines.append("")
+    other_pairing = [] if not choice_run_errors else [
+        f"- for comparison, the same times against the predictions of the one run with nothing forced "
+        f"(how this script paired them before 2026-11-27): {sum(e <= 0.25 for e in choice_run_errors)} of "
+        f"{len(choice_run_errors)} within 25%"]
     verdicts = [
         f"- ring and tree predictions within 25% of measurement: {within} of {len(errors)} "
         f"(median error {median:.0%}): **{'MET' if errors and within == len(errors) else 'MISSED'}**",
@@ -182,7 +213,7 @@ def main():
         "choice is the one the communicator logged)" if args.tune == "measure" else
         f"- the communicator ran the model's choice at every size: {'yes' if not mismatches else 'NO'}"
         + ("" if not mismatches else " (" + "; ".join(mismatches) + ")"),
-    ]
+    ] + other_pairing
     print("\n".join(verdicts + [""] + lines))
     if args.no_record:
         return 0
@@ -199,7 +230,9 @@ def main():
             f"median of {repeats} run(s): 100 iterations up to 512 KiB, 10 above. "
             "Each algorithm forced with WEFT_ALGO=allreduce:ALGO (recursive doubling and one-shot up to 512 KiB); "
             + ("predictions as the communicators logged them with WEFT_TUNE=measure (the model fitted to "
-               "all-reduces they timed at init). "
+               "all-reduces they timed at init): each algorithm's, the median of what the runs that timed it "
+               "predicted for it, so that prices and times come from the same communicators; the choice, from "
+               "a run with nothing forced. "
                if args.tune == "measure" else
                "predictions from the default shared-memory link costs (weft-topo --predict N). ")
             + "The tuner's choice is "

@@ -252,9 +252,10 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   lastAlgorithm_.reset();
   const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
   algorithms_.emplace(key, algorithm);
-  // The model's prices where it chose (every rank prices alike): not while WEFT_ALGO or
-  // WEFT_TUNE=measure's timing forces the algorithm.
-  if (rank() == 0 && !tuning_.forced[static_cast<size_t>(collective)] && logLevel() >= LogLevel::Info) {
+  // The model's prices (every rank prices alike), also where WEFT_ALGO forces the algorithm:
+  // bench/tuner_accuracy.py compares each run's times with the prices of its own communicators.
+  // Not while WEFT_TUNE=measure times the links, whose prices are not fitted yet.
+  if (rank() == 0 && !timingLinks_ && logLevel() >= LogLevel::Info) {
     WEFT_INFO("%s of %zu bytes on %d ranks, predicted: %s", coll::collectiveName(collective), bytes, size(),
               coll::describePredictions(tuning_, link_, layout_, collective, bytes).c_str());
   }

@@ -96,6 +96,7 @@ class Communicator {
   PeerMesh mesh_;
   CommConfig config_;
   coll::TuningConfig tuning_;
+  bool timingLinks_ = false;  // measureLinks() is timing all-reduces it forced
   const std::atomic<bool>* abortFlag_;
   coll::ScheduleCache schedules_;
   bool allConnected_ = false;           // connectAll has run: the three flags below are known

@@ -34,6 +34,7 @@ Status Communicator::measureLinks() {
   std::vector<float> recv(send.size());
 
   const coll::TuningConfig saved = tuning_;
+  timingLinks_ = true;
   auto time = [&](coll::Algorithm algorithm, size_t bytes, int warmUps, int iterations, coll::Timing* timing) -> Status {
     tuning_.forced[static_cast<size_t>(coll::Collective::AllReduce)] = algorithm;
     const CollectiveCall call{coll::Collective::AllReduce, send.data(), recv.data(),
@@ -59,6 +60,7 @@ Status Communicator::measureLinks() {
     if (status.isOk()) status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 100, &measured.arenaLarge);
   }
   tuning_ = saved;
+  timingLinks_ = false;
   forgetChoices();
   WEFT_TRY(status);
 
