@@ -4,7 +4,8 @@ memory) on 2, 4 and 8 local ranks from 8 B to 32 MiB, with the ring and the tree
 recursive doubling and one-shot up to 512 KiB), beside the model's predictions for each
 (weft-topo --predict; with --tune measure, the predictions the communicators logged at
 WEFT_DEBUG=INFO after fitting the model to all-reduces timed at init, each algorithm's from
-the runs that timed it) and the tuner's own choice. Prints the tables and records them in bench/results/YYYY-MM-DD-tuner-accuracy.md.
+the runs that timed it) and the tuner's own choice. Prints the tables and records them in
+bench/results/YYYY-MM-DD-tuner-accuracy.md.
 
 Targets (reported, not enforced): predictions within 25% of the measured time where the machine
 is quiet, and the tuner never choosing an algorithm measured more than 1.5x slower than the

@@ -42,8 +42,8 @@ done
 #   hipcc libamdhip64-dev             the HIP variant of the GPU path (CUDA, when present, is
 #                                     /usr/local/cuda: NVIDIA's, not a Debian package)
 packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev python3
-  iproute2 procps libhwloc-dev clang libclang-rt-14-dev python3-torch libtorch-dev libopenblas0-serial pybind11-dev python3-dev
-  zlib1g-dev dataset-fashion-mnist hipcc libamdhip64-dev)
+  iproute2 procps libhwloc-dev clang libclang-rt-14-dev python3-torch libtorch-dev libopenblas0-serial pybind11-dev
+  python3-dev zlib1g-dev dataset-fashion-mnist hipcc libamdhip64-dev)
 
 missing=()
 for p in "${packages[@]}"; do
