@@ -15,8 +15,11 @@ for busbw is copy_gbps at the same size, the faster of memcpy and a streaming-st
 bench/mem_bound_probe.cc).
 
 Each JSON argument may be a comma-separated list of runs of the same sweep (bench/compare
---repeats); the table then holds the per-size medians. Each --run is one rank count and gets its
-own table and verdicts. Targets (reported, never
+--repeats); the table then holds the per-size medians. With --round-speeds NRANKS B/A,B/A,...
+(cpu-pair-latency's median before and after each round, in ns), a round whose two readings lie
+more than 1.5x apart (the machine changed speed during it, and timed Weft and its peer at
+different speeds) is left out where other rounds remain. Each --run is one rank count and gets
+its own table and verdicts. Targets (reported, never
 enforced through the exit status), for all-reduce:
   * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
   * Weft's busbw >= 70% of the memory bound at every size >= 16 MiB;
@@ -91,6 +94,33 @@ def median_probe(paths):
     runs = [load_probe(path) for path in paths]
     return {size: statistics.median(run[size] for run in runs if size in run)
             for size in set().union(*runs)}
+
+
+STEADY_SPEED_RATIO = 1.5
+
+
+def steady_rounds(speeds, rounds):
+    """The indexes of the rounds to keep, and a line for the record: the rounds whose machine
+    speed held (readings within STEADY_SPEED_RATIO of each other), or every round where none
+    did. `speeds` is "B/A,B/A,..." or None."""
+    if not speeds:
+        return list(range(rounds)), None
+    try:
+        pairs = [tuple(float(v) for v in item.split("/")) for item in speeds.split(",")]
+        if len(pairs) != rounds or any(len(p) != 2 or min(p) <= 0 for p in pairs):
+            raise ValueError
+    except ValueError:
+        warn(f"--round-speeds '{speeds}' does not give a before/after pair for each of {rounds} rounds: ignored")
+        return list(range(rounds)), None
+    steady = [i for i, p in enumerate(pairs) if max(p) / min(p) <= STEADY_SPEED_RATIO]
+    readings = ", ".join(f"round {i + 1}: {p[0]:.0f}/{p[1]:.0f}" for i, p in enumerate(pairs))
+    line = f"machine speed (cpu-pair-latency before/after each round, ns): {readings}"
+    if len(steady) == rounds:
+        return steady, line + "; every round kept"
+    if not steady:
+        return list(range(rounds)), line + "; the speed changed in every round: all kept"
+    left_out = ", ".join(str(i + 1) for i in range(rounds) if i not in steady)
+    return steady, line + f"; left out (the speed changed during them): round {left_out}"
 
 
 def join(weft, mpi, bound, placement):
@@ -243,11 +273,12 @@ def write_record(args, sections):
         *(["$WORK is a scratch directory that bench/compare removes afterwards.", ""]
           if any("$WORK" in c for c in commands) else []),
     ]
-    for nranks, table, verdicts in sections:
+    for nranks, table, verdicts, rounds_line in sections:
         oversubscribed = nranks > (os.cpu_count() or nranks)
         lines += [
             f"## {nranks} ranks{' (oversubscribed)' if oversubscribed else ''}",
             "",
+            *([f"Rounds: {rounds_line}.", ""] if rounds_line else []),
             "Targets:",
             "",
             *[f"- {name}: **{status}** ({detail})" for name, status, detail in verdicts],
@@ -282,7 +313,13 @@ def main(argv=None):
     parser.add_argument("--commit", help="Weft revision, for the record")
     parser.add_argument("--loadavg", help="/proc/loadavg before the runs, for the record")
     parser.add_argument("--loadavg-after", help="/proc/loadavg after the runs, for the record")
+    parser.add_argument("--round-speeds", nargs=2, action="append", metavar=("NRANKS", "B/A,..."),
+                        help="cpu-pair-latency's median (ns) before and after each round of that rank "
+                             "count's runs (repeatable)")
     args = parser.parse_args(argv)
+    speeds = {}
+    for nranks_text, value in args.round_speeds or []:
+        speeds[nranks_text] = value
 
     sections = []
     bad = []
@@ -296,10 +333,24 @@ def main(argv=None):
             nranks = int(nranks_text)
         except ValueError:
             parser.error(f"--run: '{nranks_text}' is not a rank count")
+        all_weft, all_mpi = weft_path.split(","), mpi_path.split(",")
+        all_probe = run[3].split(",") if want == 4 else []
+        keep, rounds_line = steady_rounds(speeds.get(nranks_text), len(all_weft))
+        if len(all_mpi) != len(all_weft) or len(all_probe) not in (0, len(all_weft)):
+            if rounds_line:
+                warn(f"{nranks} ranks: the runs' counts differ, so every round is kept")
+            keep, rounds_line = list(range(len(all_weft))), None
+
+        def kept(paths):
+            return [paths[i] for i in keep] if paths else []
+
         try:
-            weft = load_median_rows(weft_path.split(","), f"weft ({nranks} ranks)", args.collective, redop, nranks)
-            mpi = load_median_rows(mpi_path.split(","), f"mpi ({nranks} ranks)", args.collective, redop, nranks)
-            bound = median_probe(run[3].split(",")) if want == 4 else {}
+            weft = load_median_rows(kept(all_weft), f"weft ({nranks} ranks)", args.collective, redop, nranks)
+            mpi = load_median_rows(kept(all_mpi), f"mpi ({nranks} ranks)", args.collective, redop, nranks)
+            bound = median_probe(kept(all_probe)) if want == 4 else {}
+            # Every round's data checks count, kept or not.
+            checked = [(load_median_rows(all_weft, f"weft ({nranks} ranks)", args.collective, redop, nranks), "weft"),
+                       (load_median_rows(all_mpi, f"mpi ({nranks} ranks)", args.collective, redop, nranks), "mpi")]
         except InputError as e:
             print(f"compare_mpi_table: {e}", file=sys.stderr)
             return 1
@@ -308,13 +359,16 @@ def main(argv=None):
         if missing and want == 4:
             warn(f"{nranks} ranks: no probe bound for {', '.join(missing)}")
         verdicts = verdicts_of(table, args.collective)
-        sections.append((nranks, table, verdicts))
-        bad += wrong_rows(weft, f"weft ({nranks} ranks)") + wrong_rows(mpi, f"mpi ({nranks} ranks)")
+        sections.append((nranks, table, verdicts, rounds_line))
+        for rows, name in checked:
+            bad += wrong_rows(rows, f"{name} ({nranks} ranks)")
 
         print(f"-- {nranks} ranks (Weft over shm vs Open MPI, "
               f"{'out-of-place' if args.placement == 'oop' else 'in-place'})")
         print(text_table(table))
         print()
+        if rounds_line:
+            print(f"rounds ({nranks} ranks): {rounds_line}")
         for name, status, detail in verdicts:
             print(f"target ({nranks} ranks): {name}: {status} ({detail})")
         print()
