@@ -18,7 +18,8 @@ Each JSON argument may be a comma-separated list of runs of the same sweep (benc
 --repeats); the table then holds the per-size medians. With --round-speeds NRANKS B/A,B/A,...
 (cpu-pair-latency's median before and after each round, in ns), a round whose two readings lie
 more than 1.5x apart (the machine changed speed during it, and timed Weft and its peer at
-different speeds) is left out where other rounds remain. Each --run is one rank count and gets
+different speeds) is left out where other rounds remain, and so is a steady round more than
+1.5x slower than the fastest steady one (a median over rounds at two speeds pairs neither). Each --run is one rank count and gets
 its own table and verdicts. Targets (reported, never
 enforced through the exit status), for all-reduce:
   * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
@@ -115,12 +116,24 @@ def steady_rounds(speeds, rounds):
     steady = [i for i, p in enumerate(pairs) if max(p) / min(p) <= STEADY_SPEED_RATIO]
     readings = ", ".join(f"round {i + 1}: {p[0]:.0f}/{p[1]:.0f}" for i, p in enumerate(pairs))
     line = f"machine speed (cpu-pair-latency before/after each round, ns): {readings}"
-    if len(steady) == rounds:
-        return steady, line + "; every round kept"
     if not steady:
         return list(range(rounds)), line + "; the speed changed in every round: all kept"
-    left_out = ", ".join(str(i + 1) for i in range(rounds) if i not in steady)
-    return steady, line + f"; left out (the speed changed during them): round {left_out}"
+    # Medians over rounds at two speeds would pair neither: keep the fastest steady speed's.
+    fastest = min(max(pairs[i]) for i in steady)
+    keep = [i for i in steady if max(pairs[i]) <= STEADY_SPEED_RATIO * fastest]
+    if len(keep) == rounds:
+        return keep, line + "; every round kept"
+    reasons = []
+    changed = [str(i + 1) for i in range(rounds) if i not in steady]
+    slower = [str(i + 1) for i in steady if i not in keep]
+    def named(ids):
+        return f"round{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
+    if changed:
+        reasons.append(f"{named(changed)} (the speed changed during {'them' if len(changed) > 1 else 'it'})")
+    if slower:
+        reasons.append(f"{named(slower)} (steady, but over {STEADY_SPEED_RATIO:g}x slower than the fastest "
+                       "steady round)")
+    return keep, line + "; left out: " + " and ".join(reasons)
 
 
 def join(weft, mpi, bound, placement):
