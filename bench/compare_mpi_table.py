@@ -19,8 +19,8 @@ Each JSON argument may be a comma-separated list of runs of the same sweep (benc
 (cpu-pair-latency's median before and after each round, in ns), a round whose two readings lie
 more than 1.5x apart (the machine changed speed during it, and timed Weft and its peer at
 different speeds) is left out where other rounds remain, and so is a steady round more than
-1.5x slower than the fastest steady one (a median over rounds at two speeds pairs neither). Each --run is one rank count and gets
-its own table and verdicts. Targets (reported, never
+1.5x slower than the fastest steady one (a median over rounds at two speeds pairs neither).
+Each --run is one rank count and gets its own table and verdicts. Targets (reported, never
 enforced through the exit status), for all-reduce:
   * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
   * Weft's busbw >= 70% of the memory bound at every size >= 16 MiB;
@@ -123,11 +123,12 @@ def steady_rounds(speeds, rounds):
     keep = [i for i in steady if max(pairs[i]) <= STEADY_SPEED_RATIO * fastest]
     if len(keep) == rounds:
         return keep, line + "; every round kept"
+    def named(ids):
+        return f"round{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
+
     reasons = []
     changed = [str(i + 1) for i in range(rounds) if i not in steady]
     slower = [str(i + 1) for i in steady if i not in keep]
-    def named(ids):
-        return f"round{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
     if changed:
         reasons.append(f"{named(changed)} (the speed changed during {'them' if len(changed) > 1 else 'it'})")
     if slower:
@@ -330,9 +331,7 @@ def main(argv=None):
                         help="cpu-pair-latency's median (ns) before and after each round of that rank "
                              "count's runs (repeatable)")
     args = parser.parse_args(argv)
-    speeds = {}
-    for nranks_text, value in args.round_speeds or []:
-        speeds[nranks_text] = value
+    speeds = dict(args.round_speeds or [])
 
     sections = []
     bad = []
@@ -361,9 +360,10 @@ def main(argv=None):
             weft = load_median_rows(kept(all_weft), f"weft ({nranks} ranks)", args.collective, redop, nranks)
             mpi = load_median_rows(kept(all_mpi), f"mpi ({nranks} ranks)", args.collective, redop, nranks)
             bound = median_probe(kept(all_probe)) if want == 4 else {}
-            # Every round's data checks count, kept or not.
-            checked = [(load_median_rows(all_weft, f"weft ({nranks} ranks)", args.collective, redop, nranks), "weft"),
-                       (load_median_rows(all_mpi, f"mpi ({nranks} ranks)", args.collective, redop, nranks), "mpi")]
+            checked = [(weft, "weft"), (mpi, "mpi")]
+            if len(keep) < len(all_weft):  # every round's data checks count, kept or not
+                checked = [(load_median_rows(paths, f"{name} ({nranks} ranks)", args.collective, redop, nranks), name)
+                           for paths, name in ((all_weft, "weft"), (all_mpi, "mpi"))]
         except InputError as e:
             print(f"compare_mpi_table: {e}", file=sys.stderr)
             return 1

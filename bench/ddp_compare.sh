@@ -51,9 +51,9 @@ for ((r = 1; r <= rounds; r++)); do
     run "mlp-$kind-$r" "${cmd[@]}"
   done
   w=$(step_ms "mlp-weft-$r") g=$(step_ms "mlp-gloo-$r") f=$(step_ms "mlp-floor-$r")
-  ratio=$(awk -v w="$w" -v g="$g" 'BEGIN { printf "%.3f", w / g }')
-  ratios+=("$ratio")
-  rows+=("| $r | $w | $g | $f | $ratio | $(awk -v w="$w" -v f="$f" 'BEGIN { printf "%.1f", w - f }') | $(awk -v g="$g" -v f="$f" 'BEGIN { printf "%.1f", g - f }') |")
+  ratios+=("$(awk -v w="$w" -v g="$g" 'BEGIN { printf "%.3f", w / g }')")
+  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" \
+    'BEGIN { printf "| %d | %s | %s | %s | %.3f | %.1f | %.1f |", r, w, g, f, w / g, w - f, g - f }')")
 done
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 cmd=("$build/bin/weftrun" -n 2 --timeout 1800 "$build/bin/train_fashion_mnist" --save "$work/cc.pt")
