@@ -4,7 +4,10 @@
 # STEPS steps of a 20M-parameter MLP (communication bound), each round taking turns between weft,
 # gloo and no exchange at all (the floor both share: DDP's hook keeps each rank's own gradients),
 # so that a noisy machine's slow spells fall on all three alike; then the C++ example's epoch.
-# Records bench/results/YYYY-MM-DD-ddp-vs-gloo.md.
+# cpu-pair-latency reads the machine's speed before each MLP run and after each round: some VMs
+# switch between two speeds every few minutes, so the script also gives the median over the
+# rounds that kept one speed throughout (every reading within 1.5x of the others).
+# Records bench/results/YYYY-MM-DD-ddp-vs-gloo.md (-2, -3, ... where the day has one already).
 #   Usage: bench/ddp_compare.sh [STEPS [ROUNDS]]   (defaults 60 and 3; BUILD_DIR)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +32,12 @@ example() {  # backend, model, then more of the example's arguments
   echo env PYTHONPATH="$build/python" "$build/bin/weftrun" -n 2 --timeout 1800 "$py" "$script" --backend "$backend" \
     --model "$model" "$@"
 }
+speed() {  # the median cache-line round trip between two CPUs over 0.5 s, in ns ("-": unreadable)
+  local line
+  line=$("$build/bin/cpu-pair-latency" --seconds 0.5 2>/dev/null) || { echo -; return; }
+  [[ $line =~ median\ ([0-9]+) ]] && echo "${BASH_REMATCH[1]}" || echo -
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 step_ms() { sed -n 's/.*(\([0-9.]*\) ms a step.*/\1/p' "$work/$1.log"; }
 cmds=()
 for backend in gloo weft; do
@@ -45,17 +54,32 @@ declare -A mlp=(
 cmds+=("${mlp[weft]}" "${mlp[gloo]}" "${mlp[floor]}")
 rows=()
 ratios=()
+steady=()
 for ((r = 1; r <= rounds; r++)); do
+  readings=()
   for kind in weft gloo floor; do
+    readings+=("$(speed)")
     read -ra cmd <<<"${mlp[$kind]}"
     run "mlp-$kind-$r" "${cmd[@]}"
   done
+  readings+=("$(speed)")
   w=$(step_ms "mlp-weft-$r") g=$(step_ms "mlp-gloo-$r") f=$(step_ms "mlp-floor-$r")
-  ratios+=("$(awk -v w="$w" -v g="$g" 'BEGIN { printf "%.3f", w / g }')")
-  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" \
-    'BEGIN { printf "| %d | %s | %s | %s | %.3f | %.1f | %.1f |", r, w, g, f, w / g, w - f, g - f }')")
+  ratio=$(awk -v w="$w" -v g="$g" 'BEGIN { printf "%.3f", w / g }')
+  ratios+=("$ratio")
+  # Steady: every reading there and within 1.5x of the others.
+  if awk -v list="${readings[*]}" 'BEGIN { n = split(list, v, " "); lo = hi = v[1] + 0
+         for (i = 1; i <= n; i++) { if (v[i] == "-") exit 1; lo = v[i] < lo ? v[i] : lo; hi = v[i] > hi ? v[i] : hi }
+         exit !(hi <= 1.5 * lo) }'; then
+    steady+=("$ratio")
+    kept=yes
+  else
+    kept=no
+  fi
+  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" -v s="${readings[*]}" -v k="$kept" \
+    'BEGIN { printf "| %d | %s | %s | %s | %.3f | %.1f | %.1f | %s | %s |", r, w, g, f, w / g, w - f, g - f, s, k }')")
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+median=$(printf '%s\n' "${ratios[@]}" | median)
+steady_median=$(printf '%s\n' "${steady[@]}" | sed '/^$/d' | median)
 cmd=("$build/bin/weftrun" -n 2 --timeout 1800 "$build/bin/train_fashion_mnist" --save "$work/cc.pt")
 cmds+=("${cmd[*]}")
 run "cc-weft" "${cmd[@]}"
@@ -74,15 +98,17 @@ summary=$(cat <<TXT
 
 The MLP, milliseconds a step (the slowest rank's), rounds in turn:
 
-| round | weft | gloo | no exchange (floor) | weft / gloo | weft - floor | gloo - floor |
-|---:|---:|---:|---:|---:|---:|---:|
+| round | weft | gloo | no exchange (floor) | weft / gloo | weft - floor | gloo - floor | cpu-pair-latency (ns): before weft, gloo, floor; after | one speed |
+|---:|---:|---:|---:|---:|---:|---:|---|---|
 $(printf '%s\n' "${rows[@]}")
 
-Median weft / gloo over $rounds rounds: **$median** (issue 7's target: at most 0.7).
+Median weft / gloo over $rounds rounds: **$median**; over the ${#steady[@]} rounds at one speed: **$steady_median** (issue 7's target: at most 0.7).
 TXT
 )
 echo "$summary"
 out=$root/bench/results/$(date +%F)-ddp-vs-gloo.md
+n=1
+while [[ -e $out ]]; do out=$root/bench/results/$(date +%F)-ddp-vs-gloo-$((++n)).md; done  # keep earlier records
 {
   echo "# PyTorch DDP on 2 CPU ranks: backend weft vs gloo, $(date +%F)"
   echo
