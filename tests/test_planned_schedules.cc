@@ -510,6 +510,26 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     }
     CHECK(fit.link.inCacheFactor < 1.0);
   }
+  // Timings a 2-rank communicator took at init on the 2-core VM (WEFT_DEBUG=INFO's "timed at
+  // init" line, 2026-11-27): the fit must give back every one of them, the small call's too,
+  // whose prediction a single pass in turn left 10% short.
+  {
+    auto ranks = interleaved(1, 2, 2);
+    for (auto& r : ranks) r.cacheBytes = size_t{32} << 20;
+    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 2, plan::ranksPerCpu(ranks),
+                                             plan::cacheBytesPerRank(ranks));
+    layout.arenaBytes = coll::kArenaMaxBytes;
+    const coll::MeasuredAllReduce vm{{1024, 0.8}, {size_t{4} << 20, 247.7}, {size_t{32} << 20, 3961.6},
+                                     {8, 0.11}, {coll::kArenaMaxBytes, 2.79}};
+    const size_t chunk = coll::kSharedMemoryChunkBytes;
+    const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, vm);
+    CAPTURE(fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor);
+    for (const coll::Timing& t : {vm.ringSmall, vm.ringCached, vm.ringMemory}) {
+      CAPTURE(t.bytes);
+      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, t.bytes, chunk) ==
+            Approx(t.us).epsilon(0.03));
+    }
+  }
   // Nothing timed: nothing changes.
   const auto pair = interleaved(1, 2, 2);
   const coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(pair)), 2, 1.0);

@@ -37,16 +37,26 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
     };
     set(fitted, solveRising(price, t.us, lo, hi));
   };
-  // Each timing mostly moves one price, so one pass in this order settles them: the small
-  // calls' bytes cost next to nothing, the large calls' messages little.
-  fit(Algorithm::Ring, measured.ringSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.link.alphaUs = a; });
-  const LinkCost base = fitted.link;
-  fit(Algorithm::Ring, measured.ringMemory, 1e-3, 1e3, [&](FittedCosts& c, double s) {
-    c.link.betaUsPerB = base.betaUsPerB * s;
-    c.link.gammaUsPerB = base.gammaUsPerB * s;
-  });
-  if (layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
-    fit(Algorithm::Ring, measured.ringCached, 0.05, 1.0, [](FittedCosts& c, double f) { c.link.inCacheFactor = f; });
+  // Each timing mostly moves one price, but not only that one: the small call's bytes cost a
+  // little, and the large calls' messages too. So the prices are fitted in turn until a pass
+  // moves none of them by more than 0.1%; otherwise the last price fitted would pull the small
+  // call's prediction away from its timing. Beta and gamma scale the given link's, whose ratio
+  // they keep.
+  for (int pass = 0; pass < 20; ++pass) {
+    const LinkCost before = fitted.link;
+    fit(Algorithm::Ring, measured.ringSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.link.alphaUs = a; });
+    fit(Algorithm::Ring, measured.ringMemory, 1e-3, 1e3, [&](FittedCosts& c, double s) {
+      c.link.betaUsPerB = link.betaUsPerB * s;
+      c.link.gammaUsPerB = link.gammaUsPerB * s;
+    });
+    if (layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
+      fit(Algorithm::Ring, measured.ringCached, 0.05, 1.0, [](FittedCosts& c, double f) { c.link.inCacheFactor = f; });
+    }
+    auto moved = [](double a, double b) { return std::abs(a - b) > 1e-3 * std::abs(b); };
+    if (!moved(fitted.link.alphaUs, before.alphaUs) && !moved(fitted.link.betaUsPerB, before.betaUsPerB) &&
+        !moved(fitted.link.inCacheFactor, before.inCacheFactor)) {
+      break;
+    }
   }
   if (layout.arenaBytes == 0) return fitted;
   fit(Algorithm::OneShot, measured.arenaSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.arena.alphaUs = a; });
