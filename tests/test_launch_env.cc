@@ -180,6 +180,28 @@ TEST_CASE("launch: a missing or inconsistent environment is a clear error", "[la
         RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "several hosts, no root");
         RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "WEFT_COMM_ID") != nullptr, "%s",
                    weftGetLastError(nullptr));
+        // Port 0 would have rank 0 bind a port nobody else knows, and every rank wait out its
+        // deadline; a sign is no port at all.
+        setenv("WEFT_COMM_ID", "127.0.0.1:0", 1);
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidArgument, "port 0");
+        RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "has port 0") != nullptr, "%s", weftGetLastError(nullptr));
+        for (const char* port : {"-0", "+80", " 80", "80 ", "123456"}) {
+          setenv("WEFT_COMM_ID", ("127.0.0.1:" + std::string(port)).c_str(), 1);
+          RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidArgument, "port \"%s\"", port);
+          RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "invalid port") != nullptr, "%s",
+                     weftGetLastError(nullptr));
+        }
+        setenv("WEFT_COMM_ID", ("127.0.0.1:" + std::to_string(freePort())).c_str(), 1);
+        std::string signs;  // sscanf's %2x would read "-1" as a byte
+        for (int i = 0; i < 32; ++i) signs += "-1";
+        for (const std::string& secret : {std::string(63, 'a'), signs, " " + std::string(63, 'f'),
+                                          std::string(62, '0') + "0g"}) {
+          setenv("WEFT_SECRET", secret.c_str(), 1);
+          RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidArgument, "WEFT_SECRET \"%s\"", secret.c_str());
+          RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "WEFT_SECRET must be 64 hex digits") != nullptr, "%s",
+                     weftGetLastError(nullptr));
+        }
+        unsetenv("WEFT_SECRET");
         setenv("WEFT_COMM_ID", "no-such-host.invalid:1", 1);
         RANK_CHECK(ctx, weftCommInitFromEnv(&comm) != weftSuccess, "unresolvable root");
         RANK_CHECK(ctx, comm == nullptr, "comm set on failure");

@@ -54,14 +54,15 @@ Result<LauncherVars> detectLauncher() {
 Result<Secret> secretFromEnvironment(const std::string& jobKey) {
   Secret secret{};
   if (auto hex = envString("WEFT_SECRET")) {
-    if (hex->size() != 2 * secret.size()) return Status(weftInvalidArgument, "WEFT_SECRET must be 64 hex digits");
-    for (size_t i = 0; i < secret.size(); ++i) {
-      unsigned byte = 0;
-      if (std::sscanf(hex->c_str() + 2 * i, "%2x", &byte) != 1) {
-        return Status(weftInvalidArgument, "WEFT_SECRET must be 64 hex digits");
-      }
-      secret[i] = static_cast<uint8_t>(byte);
+    auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                                              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    bool hexOnly = hex->size() == 2 * secret.size();
+    for (size_t i = 0; hexOnly && i < secret.size(); ++i) {
+      const int high = digit((*hex)[2 * i]), low = digit((*hex)[2 * i + 1]);
+      hexOnly = high >= 0 && low >= 0;
+      secret[i] = static_cast<uint8_t>(high * 16 + low);
     }
+    if (!hexOnly) return Status(weftInvalidArgument, "WEFT_SECRET must be 64 hex digits");
     return secret;
   }
   // Without a shared secret from the launcher, derive one from the job: it keeps other jobs'
@@ -147,6 +148,11 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   if (rootText) {
     auto root = transport::SocketAddress::parse(*rootText);
     if (!root.isOk()) return root.status().withContext("the root address from the launcher");
+    if (root.value().port() == 0) {  // rank 0 would bind some free port that no other rank knows
+      return Status(weftInvalidArgument, "the root address from the launcher, \"" + *rootText +
+                                             "\", has port 0: every rank must know the port beforehand, so give one "
+                                             "from 1 to 65535 (WEFT_COMM_ID=host:port, or MASTER_PORT)");
+    }
     info.id.root = root.value();
     WEFT_ASSIGN_OR_RETURN(info.id.secret, secretFromEnvironment(vars.jobKey));
     info.hostsRoot = info.rank == 0;

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <span>
@@ -81,9 +82,9 @@ Result<SocketAddress> SocketAddress::parse(const std::string& text, int defaultP
   if (host.empty() || port.empty()) {
     return Status(weftInvalidArgument, "address \"" + text + "\" needs the form host:port");
   }
-  char* end = nullptr;
-  long portNumber = std::strtol(port.c_str(), &end, 10);
-  if (*end != '\0' || portNumber < 0 || portNumber > 65535) {
+  // Digits only: strtol would also take a sign or leading blanks ("-0" is no port).
+  const bool digits = port.size() <= 5 && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stol(port) > 65535) {
     return Status(weftInvalidArgument, "address \"" + text + "\" has an invalid port");
   }
   addrinfo hints{};
