@@ -359,6 +359,31 @@ TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "
   }));
 }
 
+TEST_CASE("groups: every communicator of a failed group keeps its own error", "[groups][multiprocess]") {
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    setenv("WEFT_TIMEOUT_MS", "500", 1);
+    weftComm_t comms[2] = {};
+    RANK_WEFT(ctx, weftCommInitAll(comms, 2, nullptr));
+    float data[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}};
+    // Rank 0 alone: it times out and is left failed.
+    RANK_CHECK(ctx, weftAllReduce(data[0], data[0], 4, weftFloat32, weftSum, comms[0], nullptr) != weftSuccess,
+               "a lone all-reduce succeeded");
+    // Both in one group: rank 0's part fails at once, rank 1's waits out its deadline for it.
+    RANK_WEFT(ctx, weftGroupStart());
+    for (int i = 0; i < 2; ++i) RANK_WEFT(ctx, weftAllReduce(data[i], data[i], 4, weftFloat32, weftSum, comms[i], nullptr));
+    const weftResult_t ended = weftGroupEnd();
+    RANK_CHECK(ctx, ended != weftSuccess, "the group succeeded");
+    const std::string thread = weftGetLastError(nullptr), first = weftGetLastError(comms[0]),
+                      second = weftGetLastError(comms[1]);
+    RANK_CHECK(ctx, !second.empty(), "communicator 1 failed in the group but has no last error");
+    RANK_CHECK(ctx, second != first, "both communicators report \"%s\"", first.c_str());
+    RANK_CHECK(ctx, thread == first, "the thread's last error \"%s\" is not the returned one \"%s\"", thread.c_str(),
+               first.c_str());
+    for (weftComm_t comm : comms) RANK_WEFT(ctx, weftCommAbort(comm));
+    return 0;
+  }));
+}
+
 TEST_CASE("init-all: ranks as threads, one thread driving them all in a group, inits in a group", "[split][multiprocess]") {
   // In a child process, like every other multi-rank test (the communicators' threads stay there).
   expectAllPassed(runRanks(1, [](RankContext& ctx) {

@@ -23,6 +23,11 @@ std::shared_ptr<CommState> unregisterComm(weftComm_t comm) { return comms().remo
 weftResult_t reportError(const Status& status, CommState* state) {
   if (status.isOk()) return weftSuccess;
   threadLastError = status.message();
+  return reportCommError(status, state);
+}
+
+weftResult_t reportCommError(const Status& status, CommState* state) {
+  if (status.isOk()) return weftSuccess;
   if (state != nullptr) {
     std::lock_guard<std::mutex> lock(state->lastErrorMutex);
     state->lastError = status.message();

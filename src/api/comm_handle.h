@@ -70,6 +70,9 @@ std::shared_ptr<CommState> unregisterComm(weftComm_t comm);
 // Records the error as the thread's (and the communicator's, when given) last error and
 // returns its code. Logs at WARN.
 weftResult_t reportError(const Status& status, CommState* state = nullptr);
+// The same, but leaves the thread's last error alone: for a call that returns an earlier error
+// (a group's first) while later communicators of it failed too, each keeping its own text.
+weftResult_t reportCommError(const Status& status, CommState* state);
 
 using CommOp = std::function<Status(core::Communicator&)>;
 

@@ -74,12 +74,19 @@ weftResult_t issueBatch(CommBatch& batch) {
 // side on their progress threads while this thread waits for all.
 weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
   std::vector<std::pair<std::shared_ptr<api::HostStream>, api::CommState*>> waits;
+  // Every communicator that failed keeps its error; the first is the one returned (and the
+  // thread's last error).
   weftResult_t result = weftSuccess;
+  auto report = [&result](const Status& status, api::CommState* state) {
+    if (status.isOk()) return;
+    if (result == weftSuccess) result = api::reportError(status, state);
+    else api::reportCommError(status, state);
+  };
   for (CommBatch& batch : batches) {
     auto stream = std::make_shared<api::HostStream>();
     Status queued = api::enqueueOnStream(batch.state, stream, "weftGroupEnd", runBatch(std::move(batch.calls)), false);
     if (!queued.isOk()) {
-      result = api::reportError(queued, batch.state.get());
+      report(queued, batch.state.get());
       continue;
     }
     waits.emplace_back(std::move(stream), batch.state.get());
@@ -89,7 +96,7 @@ weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
   // communicator has, each piece of which is bounded by its own (as in ProgressEngine::runQueued).
   for (auto& [stream, state] : waits) {
     Status done = stream->synchronize(std::numeric_limits<int>::max());
-    if (!done.isOk() && result == weftSuccess) result = api::reportError(done, state);
+    report(done, state);
   }
   return result;
 }
