@@ -8,8 +8,9 @@
 #   collectives  3 hosts, weft-stress over every collective, every result verified
 #   shaped       the same with every host's link shaped: tc netem delay/loss/reordering where the
 #                kernel has netem, and a tbf rate limit (netem missing is reported, not failed)
-#   linkdown     a host's link goes down mid-run: every rank ends with weftRemoteError naming a
-#                peer, each within 2 x WEFT_TIMEOUT_MS of the link going down; the times are printed
+#   linkdown     a host's link goes down mid-run: every rank ends with weftTimeout (silence: no
+#                peer hung up) or weftRemoteError (a socket error), each within 2 x WEFT_TIMEOUT_MS
+#                of the link going down; the times are printed
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
 #                the planned ring and double binary tree, verified; then again with the topology
@@ -258,6 +259,12 @@ case $mode in
       kill -9 "${pids[1]}"
       echo "rank 1 killed"
     fi
+    # weft-stress prints weftGetErrorString's text: weftRemoteError's; after a link went down,
+    # weftTimeout's too (nothing hung up there: the peers fell silent).
+    reported_failure() {
+      grep -q ": remote process exited or there was a network error: " "$1" && return 0
+      [[ $mode == linkdown ]] && grep -q "^weft-stress: rank [0-9]*: .*: timed out: " "$1"
+    }
     worst=0
     bad=0
     for ((h = 0; h < nhosts; ++h)); do
@@ -273,8 +280,8 @@ case $mode in
       if [[ $status == 0 ]]; then
         echo "rank $h finished as if nothing happened"
         bad=1
-      elif ! grep -q "remote process exited or there was a network error" "$work/rank$h.log"; then
-        echo "rank $h did not report weftRemoteError"  # the error string of weftRemoteError
+      elif ! reported_failure "$work/rank$h.log"; then
+        echo "rank $h reported neither weftRemoteError$([[ $mode == linkdown ]] && echo " nor weftTimeout")"
         bad=1
       fi
       grep -m1 -E "weft-stress: rank [0-9]+: " "$work/rank$h.log" || true

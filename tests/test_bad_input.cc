@@ -283,6 +283,32 @@ TEST_CASE("bad input: ranks with different tuning settings fail init, naming the
   }
 }
 
+TEST_CASE("bad input: a peer that skips a call is a weftTimeout naming it, through the executor and the arena",
+          "[badinput]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comms[2] = {commWithTimeout(ctx, 2000), nullptr};  // one for each case: a timeout fails it
+    if (comms[0] == nullptr) return 1;
+    RANK_WEFT(ctx, weftCommSplit(comms[0], 0, ctx.rank, &comms[1], nullptr));
+    if (comms[1] == nullptr) return 1;
+    for (size_t count : {size_t{1} << 18, size_t{1}}) {  // 1 MiB: the executor's ring; 4 bytes: the arena
+      weftComm_t comm = comms[count == 1];
+      std::vector<float> v(count, 1.0f);
+      RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr));  // connected
+      if (ctx.rank == 0) {
+        const weftResult_t rc = weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr);
+        RANK_CHECK(ctx, rc == weftTimeout && contains(weftGetLastError(comm), "timed out after 2000 ms") &&
+                            contains(weftGetLastError(comm), "rank 1"),
+                   "%zu floats: returned %d: %s", count, rc, weftGetLastError(comm));
+      } else {
+        // Alive, connected and silent past rank 0's deadline; then in time for its next call.
+        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+      }
+      (void)weftCommAbort(comm);
+    }
+    return 0;
+  }));
+}
+
 TEST_CASE("bad input: mismatched counts across ranks end in an error, not a hang", "[badinput]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
     weftComm_t comm = commWithTimeout(ctx, 3000);
@@ -318,10 +344,11 @@ TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators 
     expect(weftRecv(buf, 4, weftFloat32, -5, comm, nullptr), weftInvalidArgument, "peer -5", "recv peer");
     expect(weftAllGather(buf, buf, SIZE_MAX / 2, weftFloat32, comm, nullptr), weftInvalidArgument, "overflows",
            "count overflow");
-    expect(weftAllGather(buf, buf + 1, 4, weftFloat32, comm, nullptr), weftInvalidArgument, "overlap",
-           "all-gather overlap not in place");
-    expect(weftReduceScatter(buf, buf + 2, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument, "overlap",
-           "reduce-scatter overlap not in place");
+    // The text names the collective's own in-place form, on rank 0 too (whose block is at offset 0).
+    expect(weftAllGather(buf, buf + 1, 4, weftFloat32, comm, nullptr), weftInvalidArgument,
+           "overlap other than in place (sendbuff == recvbuff + rank * count)", "all-gather overlap not in place");
+    expect(weftReduceScatter(buf, buf + 2, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument,
+           "overlap other than in place (recvbuff == sendbuff + rank * count)", "reduce-scatter overlap not in place");
     expect(weftAlltoAll(buf, buf + 3, 4, weftFloat32, comm, nullptr), weftInvalidArgument, "overlap", "alltoall overlap");
     expect(weftReduce(nullptr, buf, 4, weftFloat32, weftSum, 0, comm, nullptr), weftInvalidArgument, "sendbuff is NULL",
            "reduce NULL sendbuff");
@@ -443,6 +470,43 @@ TEST_CASE("bad input: Avg on one rank and Sum on the other is an error, on the e
     weftResult_t rc = weftAllReduce(data.data(), data.data(), data.size(), weftFloat16,
                                     ctx.rank == 0 ? weftAvg : weftSum, comm, nullptr);
     RANK_CHECK(ctx, rc != weftSuccess, "Avg against Sum succeeded");
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: WEFT_CPU_ISA naming no kernel fails init, a known one does not", "[badinput]") {
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    weftUniqueId id;
+    RANK_WEFT(ctx, weftGetUniqueId(&id));
+    weftComm_t comm = nullptr;
+    setenv("WEFT_CPU_ISA", "sse9", 1);
+    RANK_CHECK(ctx, weftCommInitRank(&comm, 1, id, 0) == weftInvalidArgument && comm == nullptr, "sse9 accepted");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "WEFT_CPU_ISA=\"sse9\": expected scalar, avx2"), "%s",
+               weftGetLastError(nullptr));
+    setenv("WEFT_CPU_ISA", "scalar", 1);  // every CPU runs it
+    RANK_WEFT(ctx, weftGetUniqueId(&id));
+    RANK_WEFT(ctx, weftCommInitRank(&comm, 1, id, 0));
+    if (comm != nullptr) RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("bad input: a self send and its receive of another type but as many bytes", "[badinput]") {
+  // Between two ranks the calls' signatures would not match; to itself the same holds.
+  expectAllPassed(runRanks(1, [](RankContext& ctx) {
+    weftComm_t comm = commWithTimeout(ctx, 3000);
+    if (comm == nullptr) return 1;
+    float sent[4] = {1, 2, 3, 4};
+    double received[2] = {};
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftSend(sent, 4, weftFloat32, 0, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(received, 2, weftFloat64, 0, comm, nullptr));
+    const weftResult_t rc = weftGroupEnd();
+    RANK_CHECK(ctx, rc == weftInvalidUsage && contains(weftGetLastError(comm), "4 x float") &&
+                        contains(weftGetLastError(comm), "2 x double"),
+               "returned %d: %s", rc, weftGetLastError(comm));
+    RANK_CHECK(ctx, received[0] == 0 && received[1] == 0, "the receive was written");
     (void)weftCommAbort(comm);
     return 0;
   }));

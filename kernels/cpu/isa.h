@@ -1,7 +1,8 @@
 // Which instruction set the host reduction kernels use, and calls into a specific one (for
 // tests and benchmarks). reduce() and divide() use the best implementation this CPU supports,
-// chosen once on first use; WEFT_CPU_ISA=scalar|avx2|avx512|avx512bf16 picks another, and an
-// unknown or unsupported value is ignored.
+// chosen once on first use; WEFT_CPU_ISA=scalar|avx2|avx512|avx512bf16 picks another. Here an
+// unknown or unsupported value falls back to the best; communicator init rejects an unknown
+// name and warns about one this CPU cannot run.
 #pragma once
 
 #include <cstddef>

@@ -51,10 +51,8 @@ Result<api::BufferUse> checkBuffers(const char* fn, const core::CollectiveCall& 
   const bool overlap = s < r + use.recvBytes && r < s + use.sendBytes;
   const bool inPlace = s == r + static_cast<uintptr_t>(use.inPlaceOffset);
   if (overlap && !inPlace) {
-    return Status(weftInvalidArgument, formatString("%s: sendbuff and recvbuff overlap other than in place (%s)", fn,
-                                                    use.inPlaceOffset == 0 ? "sendbuff == recvbuff"
-                                                    : use.inPlaceOffset > 0 ? "sendbuff == recvbuff + rank * count"
-                                                                            : "recvbuff == sendbuff + rank * count"));
+    return Status(weftInvalidArgument,
+                  formatString("%s: sendbuff and recvbuff overlap other than in place (%s)", fn, use.inPlaceForm));
   }
   return use;
 }

@@ -23,17 +23,23 @@ Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, in
   const size_t all = bytes * n;
   const bool root = rank == call.root;
   const auto myBlock = static_cast<ptrdiff_t>(bytes * static_cast<size_t>(rank));
+  const char* inRecv = "sendbuff == recvbuff + rank * count";  // the rank's block of the output
+  const char* inSend = "recvbuff == sendbuff + rank * count";  // the rank's block of the input
   switch (call.collective) {
     case Collective::AllReduce: use.sendBytes = use.recvBytes = bytes; break;
     case Collective::Broadcast: use.send = root; use.sendBytes = use.recvBytes = bytes; break;
     case Collective::Reduce: use.recv = root; use.sendBytes = use.recvBytes = bytes; break;
-    case Collective::AllGather: use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; break;
-    case Collective::ReduceScatter: use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; break;
+    case Collective::AllGather:
+      use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; use.inPlaceForm = inRecv; break;
+    case Collective::ReduceScatter:
+      use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; use.inPlaceForm = inSend; break;
     case Collective::AlltoAll: use.sendBytes = use.recvBytes = all; break;
     case Collective::Gather:
-      use.recv = root; use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock; break;
+      use.recv = root; use.sendBytes = bytes; use.recvBytes = all; use.inPlaceOffset = myBlock;
+      use.inPlaceForm = inRecv; break;
     case Collective::Scatter:
-      use.send = root; use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock; break;
+      use.send = root; use.sendBytes = all; use.recvBytes = bytes; use.inPlaceOffset = -myBlock;
+      use.inPlaceForm = inSend; break;
     case Collective::Send: use.recv = false; use.sendBytes = bytes; break;
     case Collective::Recv: use.send = false; use.recvBytes = bytes; break;
   }

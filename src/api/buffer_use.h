@@ -12,6 +12,7 @@ struct BufferUse {
   bool send = true, recv = true;
   size_t sendBytes = 0, recvBytes = 0;
   ptrdiff_t inPlaceOffset = 0;  // recv + offset == send is in place (only with both used)
+  const char* inPlaceForm = "sendbuff == recvbuff";  // the same, as the error text puts it
 };
 
 // The call's type must be valid and count * its size must not overflow (checked before); an

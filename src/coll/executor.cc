@@ -238,8 +238,8 @@ class Run {
     return Status::ok();
   }
 
-  // Past the deadline with a peer still owing data (or not taking ours) is that peer's failure,
-  // or its link's: weftRemoteError naming it, as for a peer that hung up.
+  // Past the deadline: weftTimeout, naming the peer still owing data (or not taking ours), as
+  // the arena's waits and init's do. A peer seen gone is weftRemoteError, before any deadline.
   Status checkStillAllowed() const {
     if (ctx_.abortFlag != nullptr && ctx_.abortFlag->load(std::memory_order_relaxed)) {
       return Status(weftRemoteError, std::string(ctx_.collective) + ": the communicator was aborted");
@@ -247,14 +247,14 @@ class Run {
     if (!ctx_.deadline.expired()) return Status::ok();
     for (size_t p = 0; p < peers_.size(); ++p) {
       if (!peers_[p].postedRecvs.empty()) {
-        return Status(weftRemoteError, formatString("%s: timed out after %d ms waiting for data from %s",
+        return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for data from %s",
                                                 ctx_.collective, ctx_.timeoutMs,
                                                 ctx_.connections->describe(s_.peers[p]).c_str()));
       }
     }
     for (size_t p = 0; p < peers_.size(); ++p) {
       if (!peers_[p].postedSends.empty()) {
-        return Status(weftRemoteError, formatString("%s: timed out after %d ms waiting for %s to take data",
+        return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for %s to take data",
                                                 ctx_.collective, ctx_.timeoutMs,
                                                 ctx_.connections->describe(s_.peers[p]).c_str()));
       }

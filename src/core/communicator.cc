@@ -14,11 +14,35 @@
 #include "plan/planner.h"
 #include "topo/pci_bus_id.h"
 #include "topo/topology.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
 #include "util/env.h"
 #include "util/log.h"
 
 namespace weft::core {
+
+namespace {
+
+// WEFT_CPU_ISA is read by the kernels on first use, which cannot fail; a name they do not
+// know is an error here instead, and one this CPU cannot run a warning (one environment may
+// serve hosts of different CPUs).
+Status checkCpuIsaChoice() {
+  const auto requested = envString("WEFT_CPU_ISA");
+  if (!requested) return Status::ok();
+  const auto& names = kernels::kCpuIsas;
+  if (std::find_if(std::begin(names), std::end(names), [&](const char* n) { return *requested == n; }) ==
+      std::end(names)) {
+    return Status(weftInvalidArgument,
+                  "WEFT_CPU_ISA=\"" + *requested + "\": expected scalar, avx2, avx512 or avx512bf16");
+  }
+  if (!kernels::isaSupported(requested->c_str())) {
+    WEFT_WARN("WEFT_CPU_ISA=%s: this CPU cannot run it; the reduction kernels use %s", requested->c_str(),
+              kernels::activeIsa());
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Result<CommConfig> defaultCommConfig() {
   CommConfig config;
@@ -28,6 +52,7 @@ Result<CommConfig> defaultCommConfig() {
   WEFT_ASSIGN_OR_RETURN(config.shm, transport::shmOptionsFromEnv());
   WEFT_ASSIGN_OR_RETURN(auto spin, envInt("WEFT_SPIN_US", 0, 10000000));
   if (spin) config.spinMicros = static_cast<int>(*spin);
+  WEFT_TRY(checkCpuIsaChoice());
   return config;
 }
 
@@ -192,9 +217,12 @@ Status copyToSelf(std::span<const CollectiveCall> calls, int self) {
                                                  sends.size(), recvs.size()));
   }
   for (size_t i = 0; i < sends.size(); ++i) {
-    if (callBytes(*sends[i]) != callBytes(*recvs[i])) {
-      return Status(weftInvalidUsage, formatString("send to self of %zu bytes paired with a receive of %zu bytes",
-                                                   callBytes(*sends[i]), callBytes(*recvs[i])));
+    // As between two ranks (whose calls' signatures must match): the same count and type.
+    if (sends[i]->count != recvs[i]->count || sends[i]->type != recvs[i]->type) {
+      return Status(weftInvalidUsage,
+                    formatString("send to self of %zu x %s paired with a receive of %zu x %s", sends[i]->count,
+                                 kernels::dataTypeName(sends[i]->type), recvs[i]->count,
+                                 kernels::dataTypeName(recvs[i]->type)));
     }
     if (callBytes(*sends[i]) > 0) std::memmove(recvs[i]->recv, sends[i]->send, callBytes(*sends[i]));
   }
