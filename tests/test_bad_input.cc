@@ -355,7 +355,10 @@ TEST_CASE("bad input: roots, peers, block overflow, overlaps, groups, operators 
     expect(weftScatter(buf, nullptr, 4, weftFloat32, 0, comm, nullptr), weftInvalidArgument, "recvbuff is NULL",
            "scatter NULL recvbuff");
     // A send to self without its receive, outside a group, is a usage error (not a hang).
+    // Refused before it runs: the communicator stays usable.
     expect(weftSend(buf, 4, weftFloat32, 0, comm, nullptr), weftInvalidUsage, "matching receive", "lone self send");
+    expect(weftRecv(buf, 4, weftFloat32, 0, comm, nullptr), weftInvalidUsage, "matching send", "lone self receive");
+    RANK_WEFT(ctx, weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, nullptr));
 
     // Groups: an end without a start; a bad call fails the whole group; destroy with calls pending.
     expect(weftGroupEnd(), weftInvalidUsage, "no group is open", "end without start");
