@@ -6,6 +6,7 @@
 
 #include "api/device_issue.h"
 #include "api/issue.h"
+#include "core/self_exchange.h"
 
 using namespace weft;
 
@@ -177,6 +178,14 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
                               g.state.get());
     }
     it->calls.push_back(g.call);
+  }
+  // Sends to self without their receives would fail the communicator once it ran them; refused
+  // here, nothing is issued and every communicator stays usable.
+  for (const CommBatch& batch : batches) {
+    if (Status paired = core::checkSelfExchange(batch.calls, batch.state->rank); !paired.isOk()) {
+      return api::reportError(Status(paired.code(), "weftGroupEnd: " + paired.message() + "; nothing was issued"),
+                              batch.state.get());
+    }
   }
   if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
   // Several communicators (or none: inits only): queue the stream work (host or GPU) first, then

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "core/bootstrap.h"
+#include "core/self_exchange.h"
 #include "gpu/device_memory.h"
 #include "coll/arena_allreduce.h"
 #include "coll/schedule_merge.h"
@@ -202,34 +203,6 @@ Status Communicator::fail(Status status) {
   if (!status.isOk() && failure_.isOk()) failure_ = status;
   return status;
 }
-
-namespace {
-
-// Pairs the k-th send to this rank itself with the k-th receive from it, and copies.
-Status copyToSelf(std::span<const CollectiveCall> calls, int self) {
-  std::vector<const CollectiveCall*> sends, recvs;
-  for (const CollectiveCall& call : calls) {
-    if (isPointToPoint(call) && call.root == self) (call.collective == coll::Collective::Send ? sends : recvs).push_back(&call);
-  }
-  if (sends.size() != recvs.size()) {
-    return Status(weftInvalidUsage, formatString("%zu send(s) to this rank itself but %zu receive(s) from it: a send "
-                                                 "to self needs a matching receive in the same group",
-                                                 sends.size(), recvs.size()));
-  }
-  for (size_t i = 0; i < sends.size(); ++i) {
-    // As between two ranks (whose calls' signatures must match): the same count and type.
-    if (sends[i]->count != recvs[i]->count || sends[i]->type != recvs[i]->type) {
-      return Status(weftInvalidUsage,
-                    formatString("send to self of %zu x %s paired with a receive of %zu x %s", sends[i]->count,
-                                 kernels::dataTypeName(sends[i]->type), recvs[i]->count,
-                                 kernels::dataTypeName(recvs[i]->type)));
-    }
-    if (callBytes(*sends[i]) > 0) std::memmove(recvs[i]->recv, sends[i]->send, callBytes(*sends[i]));
-  }
-  return Status::ok();
-}
-
-}  // namespace
 
 Status Communicator::connectFor(std::span<const CollectiveCall> calls, const char* what, const Deadline& deadline) {
   bool everyone = false;
