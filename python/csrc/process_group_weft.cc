@@ -291,8 +291,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& outpu
   }
   const std::vector<int64_t> inSplits = rowSplits(inputSplits, in, n, "input");
   const std::vector<int64_t> outSplits = rowSplits(outputSplits, d, n, "output");
-  const int64_t inRow = in.dim() > 0 && in.size(0) > 0 ? in.numel() / in.size(0) : 0;
-  const int64_t outRow = d.dim() > 0 && d.size(0) > 0 ? d.numel() / d.size(0) : 0;
+  // Elements a row: as rowSplits counts rows, a 0-d tensor is one row of one element.
+  auto rowElements = [](const at::Tensor& t) -> int64_t {
+    return t.dim() == 0 ? 1 : t.size(0) > 0 ? t.numel() / t.size(0) : 0;
+  };
+  const int64_t inRow = rowElements(in), outRow = rowElements(d);
   const size_t esize = in.element_size();
   return submit(c10d::OpType::ALLTOALL_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
     weftResult_t rc = weftGroupStart();

@@ -130,6 +130,9 @@ inline Reduction reductionOf(const c10d::ReduceOp& op, const at::Tensor& like) {
     case c10d::ReduceOp::PREMUL_SUM: {
       auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(supplement != nullptr, "weft: PREMUL_SUM without its factor");
+      // As ProcessGroupNCCL: the factor would be cast to the tensor's type (0.5 to 0 for ints).
+      TORCH_CHECK(at::isFloatingType(like.scalar_type()), "weft: PREMUL_SUM needs a floating-point tensor (half, ",
+                  "float, bfloat16 or double), got ", like.scalar_type());
       r.premul = true;
       // Weft reads the scalar on the host, when the operation is issued.
       r.factor = preMulSumFactor(*supplement).to(at::kCPU, like.scalar_type()).contiguous();

@@ -1,6 +1,8 @@
 // WeftWork: one operation of the torch backend, done when its Completion says so.
 #include "process_group_weft.hpp"
 
+#include <algorithm>
+
 #include "tensor_args.h"
 
 namespace weft_torch {
@@ -50,6 +52,9 @@ void WeftWork::complete() {
   std::exception_ptr error;
   try {
     completion_->await(comm_);
+    // Copying results back into a view of a tensor that requires grad is not autograd's
+    // business (it is not, on the caller's thread, for gloo); this thread's grad mode is on.
+    at::NoGradGuard noGrad;
     if (finish_) finish_();
   } catch (...) {
     error = std::current_exception();
@@ -82,10 +87,15 @@ bool WeftWork::isSuccess() const {
 bool WeftWork::wait(std::chrono::milliseconds timeout) {
   issueIfDeferred();
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
-  // Weft's own deadline ends every operation; this wait only has to outlast it.
-  if (!cv_.wait_for(lock, limit * 2 + std::chrono::seconds(1), [&] { return completed_; })) {
-    throw std::runtime_error("weft: operation timed out after " + std::to_string(limit.count()) + " ms");
+  // A timeout given here is kept (as gloo keeps it). Without one, Weft's own deadline (the
+  // process group's timeout) ends every operation, and this wait only has to outlast it. Either
+  // is capped at a year: wait_for counts in nanoseconds, which a timedelta of centuries overflows.
+  constexpr std::chrono::milliseconds kLongest = std::chrono::hours(24 * 365);
+  const auto limit = timeout == kNoTimeout ? std::min(timeout_, kLongest) * 2 + std::chrono::seconds(1)
+                                           : std::min(timeout, kLongest);
+  if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
+    throw std::runtime_error("weft: operation timed out after " +
+                             std::to_string((timeout == kNoTimeout ? timeout_ : timeout).count()) + " ms");
   }
   std::exception_ptr error = exception_;
   lock.unlock();

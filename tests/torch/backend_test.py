@@ -119,6 +119,14 @@ def main():
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous
     dist.all_reduce(t)
     check(torch.equal(t, n * torch.arange(12, dtype=torch.float32).reshape(3, 4).t()), "non-contiguous all_reduce")
+    # Non-contiguous views of tensors that require grad, as gloo takes them: the result is copied
+    # back outside autograd.
+    leaf = torch.ones(6, requires_grad=True)
+    dist.all_reduce(leaf[::2])
+    check(torch.equal(leaf.detach(), torch.tensor([n, 1.0] * 3)), f"all_reduce of a view of a leaf: {leaf}")
+    param = torch.nn.Parameter(torch.full((4, 2), float(rank)))
+    dist.broadcast(param.t(), src=0)
+    check(torch.all(param.detach() == 0), f"broadcast of a transposed Parameter: {param}")
     t = torch.ones(1000)
     work = dist.all_reduce(t, async_op=True)
     value = work.get_future().wait()
@@ -183,6 +191,12 @@ def main():
     dist.all_to_all_single(out, inp, out_splits, in_splits)
     want = torch.cat([torch.full((rank + 1, 2), float(p)) for p in range(n)])
     check(torch.equal(out, want), f"all_to_all_single with splits {out}")
+    # A 0-d tensor is one row: it goes to the next rank, and the previous rank's comes in.
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    out = torch.tensor(0.0)
+    dist.all_to_all_single(out, torch.tensor(rank + 5.0), [int(p == prv) for p in range(n)],
+                           [int(p == nxt) for p in range(n)])
+    check(out.item() == prv + 5, f"all_to_all_single of 0-d tensors with splits: {out}")
     outs = [torch.zeros(p + 1) for p in range(n)]
     dist.all_to_all(outs, [torch.full((rank + 1,), float(rank * 10 + p)) for p in range(n)])
     check(all(torch.all(o == p * 10 + rank) for p, o in enumerate(outs)), "all_to_all")
@@ -190,13 +204,12 @@ def main():
     # send / recv around the ring, nonblocking; barrier.
     if n > 1:
         got = torch.zeros(8)
-        reqs = [dist.isend(torch.full((8,), float(rank)), (rank + 1) % n), dist.irecv(got, (rank - 1) % n)]
+        reqs = [dist.isend(torch.full((8,), float(rank)), nxt), dist.irecv(got, prv)]
         for r in reqs:
             r.wait()
-        check(torch.all(got == (rank - 1) % n), f"send/recv {got}")
+        check(torch.all(got == prv), f"send/recv {got}")
         # Every rank sends first, 4 MiB each way (past what the shared-memory ring holds): the
         # sends must not each wait for a receive that is only issued after them.
-        nxt, prv = (rank + 1) % n, (rank - 1) % n
         got = torch.zeros(1 << 20)
         reqs = [dist.isend(torch.full((1 << 20,), float(rank)), nxt), dist.irecv(got, prv)]
         for r in reqs:
@@ -280,6 +293,37 @@ def main():
     t = torch.ones(3)
     dist.all_reduce(t)
     check(torch.all(t == n), f"all_reduce after a refused coalesced call: {t}")
+    # As ProcessGroupNCCL: the factor would be cast to an integer tensor's type (0.5 to 0).
+    refused("PREMUL_SUM on int32", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32),
+                                                           op=dist._make_nccl_premul_sum(0.5)), "floating-point")
+    # A send to this rank itself is refused (by torch 2.x itself; by Weft before it runs, on
+    # 1.13) and leaves the group usable.
+    try:
+        dist.send(torch.ones(2), rank)
+        check(False, "a send to this rank itself succeeded")
+    except (RuntimeError, ValueError) as e:
+        check("itself" in str(e) or "same as" in str(e), f"send to self: error text: {e}")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(torch.all(t == n), f"all_reduce after a refused send to self: {t}")
+    # wait(timeout) keeps the timeout it is given, however long the group's is. The other
+    # ranks join 3 s late; rank 0 waits 1 s (it waited 3 s before), then for good.
+    if n > 1:
+        if rank != 0:
+            time.sleep(3)
+        work = dist.all_reduce(torch.ones(2), async_op=True)
+        if rank == 0:
+            started = time.monotonic()
+            refused("wait(1 s) on an all-reduce that takes 3 s",
+                    lambda: work.wait(timeout=datetime.timedelta(seconds=1)), "timed out after 1000 ms")
+            waited = time.monotonic() - started
+            check(waited < 2.5, f"wait(timeout=1 s) returned after {waited:.2f} s")
+        work.wait()
+    # A timeout of centuries is a long one, not an overflow that times out at once.
+    forever = dist.new_group(backend="weft", timeout=datetime.timedelta(seconds=9e9))
+    t = torch.ones(3)
+    dist.all_reduce(t, group=forever)
+    check(torch.all(t == n), f"all_reduce in a group with a timeout of centuries: {t}")
 
     # A send that cannot be issued (its communicator failed) ends in an error through its Work and
     # its future; a callback chained on that future that runs another collective fails too.
