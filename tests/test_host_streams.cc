@@ -59,6 +59,34 @@ TEST_CASE("host streams: a queued collective returns before its peers have joine
   }));
 }
 
+TEST_CASE("host streams: synchronize or query inside the group that holds the stream's calls is refused",
+          "[streams][multiprocess]") {
+  // The group's calls are queued at weftGroupEnd: a synchronize before it would return with the
+  // buffer still unreduced.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = init(ctx, ctx.id);
+    if (comm == nullptr) return 1;
+    weftStream_t stream = nullptr, other = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    RANK_WEFT(ctx, weftStreamCreate(&other));
+    float v = static_cast<float>(ctx.rank + 1);
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftFloat32, weftSum, comm, stream));
+    for (weftResult_t rc : {weftStreamSynchronize(stream), weftStreamQuery(stream)}) {
+      RANK_CHECK(ctx, rc == weftInvalidUsage && std::strstr(weftGetLastError(nullptr), "call it first") != nullptr,
+                 "returned %d: %s", rc, weftGetLastError(nullptr));
+    }
+    RANK_WEFT(ctx, weftStreamSynchronize(other));  // a stream the group holds nothing for
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, v == 3, "sum %g", v);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftStreamDestroy(other));
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
 TEST_CASE("host streams: synchronize waits as long as the communicator's timeout allows", "[streams][multiprocess]") {
   // The default timeout (WEFT_TIMEOUT_MS) is short, the communicator's is long (as
   // init_process_group's 30 minutes against the 5-minute default): a peer 3 s late is within

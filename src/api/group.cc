@@ -131,6 +131,11 @@ bool groupHolds(const CommState* state) {
                      [state](const GroupedCall& g) { return g.state.get() == state; });
 }
 
+bool groupHoldsStream(weftStream_t stream) {
+  return groupIsOpen() && std::any_of(tlsGroup.calls.begin(), tlsGroup.calls.end(),
+                                      [stream](const GroupedCall& g) { return g.stream == stream; });
+}
+
 }  // namespace weft::api
 
 extern "C" WEFT_API weftResult_t weftGroupStart(void) {

@@ -18,6 +18,8 @@ void failGroup(const Status& status);
 weftResult_t reportCallError(const Status& status, CommState* state = nullptr);
 // Whether the calling thread's open group holds calls on this communicator.
 bool groupHolds(const CommState* state);
+// Whether it holds calls on this stream (which run only at weftGroupEnd).
+bool groupHoldsStream(weftStream_t stream);
 // An init started inside the group, on its own thread. A blocking one the outermost
 // weftGroupEnd waits for, so one thread can init several ranks, as NCCL's ncclGroupStart /
 // ncclCommInitRank... / ncclGroupEnd; a non-blocking one it leaves running, and then returns

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "api/comm_handle.h"
+#include "api/group.h"
 #include "api/handle_registry.h"
 #include "util/env.h"
 
@@ -110,9 +111,21 @@ extern "C" WEFT_API weftResult_t weftStreamDestroy(weftStream_t stream) {
   return weftSuccess;
 }
 
+namespace {
+
+// Calls the thread's open group holds for the stream are queued only at weftGroupEnd: waiting
+// for the stream, or asking whether it is idle, would answer for work without them.
+weftResult_t groupHoldsStreamError(const char* fn) {
+  return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": this thread's open group holds calls on the "
+                                                   "stream, which are queued only at weftGroupEnd; call it first"));
+}
+
+}  // namespace
+
 extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
   auto s = api::lookupStream(stream);
   if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamSynchronize: not a stream made by weftStreamCreate"));
+  if (api::groupHoldsStream(stream)) return groupHoldsStreamError("weftStreamSynchronize");
   auto timeout = defaultTimeoutMs();
   if (!timeout.isOk()) return api::reportError(timeout.status());
   // Each queued operation ends by its communicator's deadline and reports why; this wait is only
@@ -125,6 +138,7 @@ extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
 extern "C" WEFT_API weftResult_t weftStreamQuery(weftStream_t stream) {
   auto s = api::lookupStream(stream);
   if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamQuery: not a stream made by weftStreamCreate"));
+  if (api::groupHoldsStream(stream)) return groupHoldsStreamError("weftStreamQuery");
   Status status = s->query();
   if (status.code() == weftInProgress) return weftInProgress;
   return api::reportError(status.withContext("weftStreamQuery"));
