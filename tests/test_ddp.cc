@@ -4,10 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "multiprocess.h"
@@ -70,6 +73,8 @@ TEST_CASE("ddp: gradients averaged across ranks, buckets started before finish",
         // A gradient marked twice in one step is a usage error.
         RANK_WEFT(ctx, reducer.markReady(0));
         RANK_CHECK(ctx, reducer.markReady(0) == weftInvalidUsage, "double markReady accepted");
+        RANK_CHECK(ctx, reducer.lastError().find("twice") != std::string::npos, "lastError: %s",
+                   reducer.lastError().c_str());
         RANK_WEFT(ctx, reducer.finish());
         RANK_WEFT(ctx, weftCommDestroy(comm));
         return 0;
@@ -110,10 +115,28 @@ TEST_CASE("ddp: bad parameters are refused, not read", "[ddp][multiprocess]") {
       threw = true;
     }
     RANK_CHECK(ctx, threw, "a parameter of no data type was taken");
+    // Byte counts that overflow size_t, or that no bucket can hold: two parameters of 2^63 bytes
+    // once summed to a bucket of 0 bytes, into which markReady copied 2^63.
+    const std::pair<size_t, const char*> huge[] = {{SIZE_MAX / 2, "overflow"}, {size_t{1} << 61, "cannot allocate"}};
+    for (const auto& [count, words] : huge) {
+      std::string what;
+      try {
+        Reducer bad(comm, {{weight.data(), grad.data(), count, weftFloat32},
+                           {weight.data(), grad.data(), count, weftFloat32}});
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      RANK_CHECK(ctx, what.find(words) != std::string::npos, "parameters of %zu floats: \"%s\"", count, what.c_str());
+    }
     {
-      // No grad buffer and no gradient passed: nothing to read, an error.
+      // No grad buffer and no gradient passed: nothing to read, an error, and lastError() says so.
       Reducer reducer(comm, {{weight.data(), nullptr, weight.size(), weftFloat32}});
       RANK_CHECK(ctx, reducer.markReady(0) == weftInvalidArgument, "markReady read a gradient from nowhere");
+      RANK_CHECK(ctx, reducer.lastError().find("no grad buffer") != std::string::npos, "lastError: %s",
+                 reducer.lastError().c_str());
+      RANK_CHECK(ctx, reducer.markReady(3, grad.data()) == weftInvalidUsage, "markReady of parameter 3 of 1");
+      RANK_CHECK(ctx, reducer.lastError().find("only 1 parameters") != std::string::npos, "lastError: %s",
+                 reducer.lastError().c_str());
       RANK_CHECK(ctx, reducer.markReady(0, grad.data()) == weftSuccess, "the refused markReady counted as ready");
       std::vector<float> out(8, -1.0f);
       RANK_WEFT(ctx, reducer.finish({out.data()}));
@@ -132,6 +155,9 @@ TEST_CASE("ddp: the sampler refuses a rank outside its replicas, as torch does",
   CHECK_THROWS_AS(DistributedSampler(10, 0, 0), std::invalid_argument);
   CHECK_THROWS_AS(DistributedSampler(10, -3, 0), std::invalid_argument);
   CHECK_NOTHROW(DistributedSampler(10, 2, 1));
+  // The padded count of a dataset near SIZE_MAX (size + replicas - 1 wrapped to 0).
+  CHECK(DistributedSampler(SIZE_MAX, 2, 0, false).numSamples() == SIZE_MAX / 2 + 1);
+  CHECK(DistributedSampler(SIZE_MAX, 2, 0, false, 0, true).numSamples() == SIZE_MAX / 2);
 }
 
 TEST_CASE("ddp: the sampler shards like torch's DistributedSampler", "[ddp]") {

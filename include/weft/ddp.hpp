@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "weft/weft.h"
@@ -39,8 +40,8 @@ class Reducer {
  public:
   static constexpr size_t kDefaultBucketCapBytes = size_t{25} << 20;
 
-  // Throws std::invalid_argument for a parameter whose type is no weftDataType_t, and
-  // std::runtime_error when the host stream cannot be made.
+  // Throws std::invalid_argument for a parameter whose type is no weftDataType_t or whose bytes
+  // overflow size_t, and std::runtime_error when a bucket or the host stream cannot be made.
   Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCapBytes = kDefaultBucketCapBytes);
   ~Reducer();
   Reducer(const Reducer&) = delete;
@@ -59,6 +60,9 @@ class Reducer {
   // parameters' grad buffers (or to gradOut[i] where given). Resets for the next step.
   weftResult_t finish(const std::vector<void*>& gradOut = {});
 
+  // Why the last call that failed did: its own check, or Weft's last error on the communicator.
+  const std::string& lastError() const { return lastError_; }
+
   size_t bucketCount() const { return buckets_.size(); }
   // Buckets whose all-reduce started before finish() in the last step (overlap achieved).
   size_t bucketsStartedEarly() const { return startedEarly_; }
@@ -74,6 +78,8 @@ class Reducer {
     bool started = false;
   };
   weftResult_t start(Bucket& bucket);
+  // rc, after keeping `why` (or, for "", Weft's last error on the communicator) as lastError().
+  weftResult_t failed(weftResult_t rc, std::string why = "");
 
   weftComm_t comm_;
   std::vector<Parameter> params_;
@@ -85,6 +91,7 @@ class Reducer {
   size_t nextToStart_ = 0;  // buckets start in order; this one is next
   size_t startedEarly_ = 0;
   weftResult_t startError_ = weftSuccess;  // a bucket's all-reduce failed to issue this step
+  std::string lastError_;
 };
 
 // torch.utils.data.DistributedSampler's semantics: each of numReplicas ranks gets numSamples()

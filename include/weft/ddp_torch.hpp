@@ -54,13 +54,13 @@ class TorchDDP {
       raw.push_back({p.data_ptr(), nullptr, static_cast<size_t>(p.numel()), torchToWeft(p)});
     }
     reducer_ = std::make_unique<Reducer>(comm, std::move(raw), bucketCapBytes);
-    check(reducer_->broadcastParameters(), "broadcasting parameters");
+    check(reducer_->broadcastParameters(), "broadcasting parameters", reducer_->lastError());
     broadcastFromRankZero(frozen_, "broadcasting parameters that take no gradient");
     syncBuffers();
     for (size_t i = 0; i < params_.size(); ++i) {
       hooks_.push_back(params_[i].register_hook([this, i](torch::Tensor grad) {
         torch::Tensor dense = grad.contiguous();
-        check(reducer_->markReady(i, dense.data_ptr()), "starting a gradient bucket");
+        check(reducer_->markReady(i, dense.data_ptr()), "starting a gradient bucket", reducer_->lastError());
       }));
     }
   }
@@ -80,18 +80,18 @@ class TorchDDP {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       out.push_back(p.grad().data_ptr());
     }
-    check(reducer_->finish(out), "averaging gradients");
+    check(reducer_->finish(out), "averaging gradients", reducer_->lastError());
   }
 
   const Reducer& reducer() const { return *reducer_; }
 
  private:
-  void check(weftResult_t rc, const char* what) const {
+  void check(weftResult_t rc, const char* what, const std::string& why) const {
     if (rc != weftSuccess) {
-      throw std::runtime_error(std::string("weft ddp: ") + what + ": " + weftGetErrorString(rc) + ": " +
-                               weftGetLastError(comm_));
+      throw std::runtime_error(std::string("weft ddp: ") + what + ": " + weftGetErrorString(rc) + ": " + why);
     }
   }
+  void check(weftResult_t rc, const char* what) const { check(rc, what, weftGetLastError(comm_)); }
 
   void broadcastFromRankZero(std::vector<torch::Tensor>& tensors, const char* what) {
     for (auto& t : tensors) check(weftBcast(t.data_ptr(), static_cast<size_t>(t.numel()), torchToWeft(t), 0, comm_, nullptr), what);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -21,13 +23,19 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
       throw std::invalid_argument("weft ddp: parameter " + std::to_string(k) + " has an invalid data type (" +
                                   std::to_string(static_cast<int>(p.type)) + ")");
     }
-    const size_t bytes = p.count * dataTypeSize(p.type);
+    const size_t esize = dataTypeSize(p.type);
+    if (p.count > SIZE_MAX / esize) {
+      throw std::invalid_argument("weft ddp: parameter " + std::to_string(k) + "'s " + std::to_string(p.count) +
+                                  " elements overflow size_t bytes");
+    }
+    const size_t bytes = p.count * esize;
+    const size_t filled = buckets_.empty() ? 0 : buckets_.back().count * esize;
     if (buckets_.empty() || buckets_.back().type != p.type ||
-        (buckets_.back().count * dataTypeSize(p.type) + bytes > bucketCapBytes && !buckets_.back().params.empty())) {
+        (bytes > bucketCapBytes - std::min(filled, bucketCapBytes) && !buckets_.back().params.empty())) {
       buckets_.push_back(Bucket{});
       buckets_.back().type = p.type;
     }
-    Bucket& b = buckets_.back();
+    Bucket& b = buckets_.back();  // whose bytes fit: at most the cap, or this parameter's alone
     bucketOf_[k] = buckets_.size() - 1;
     slotOf_[k] = b.params.size();
     b.params.push_back(k);
@@ -35,7 +43,12 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
     b.count += p.count;
   }
   for (Bucket& b : buckets_) {
-    b.flat.resize(b.count * dataTypeSize(b.type));
+    const size_t bytes = b.count * dataTypeSize(b.type);
+    try {
+      b.flat.resize(bytes);
+    } catch (const std::exception&) {  // std::bad_alloc, or length_error past the vector's max_size()
+      throw std::runtime_error("weft ddp: cannot allocate a gradient bucket of " + std::to_string(bytes) + " bytes");
+    }
     b.pending = b.params.size();
   }
   if (weftStreamCreate(&stream_) != weftSuccess) throw std::runtime_error(weftGetLastError(nullptr));
@@ -55,7 +68,13 @@ weftResult_t Reducer::broadcastParameters() {
     if (rc == weftSuccess) rc = one;
   }
   weftResult_t end = weftGroupEnd();
-  return rc != weftSuccess ? rc : end;
+  if (rc == weftSuccess) rc = end;
+  return rc == weftSuccess ? rc : failed(rc);
+}
+
+weftResult_t Reducer::failed(weftResult_t rc, std::string why) {
+  lastError_ = why.empty() ? weftGetLastError(comm_) : std::move(why);
+  return rc;
 }
 
 weftResult_t Reducer::start(Bucket& b) {
@@ -64,15 +83,26 @@ weftResult_t Reducer::start(Bucket& b) {
   // gradients that were never averaged, even if markReady's error went unheeded.
   b.started = true;
   weftResult_t rc = weftAllReduce(b.flat.data(), b.flat.data(), b.count, b.type, weftAvg, comm_, stream_);
+  if (rc == weftSuccess) return rc;
   if (startError_ == weftSuccess) startError_ = rc;
-  return rc;
+  return failed(rc);
 }
 
 weftResult_t Reducer::markReady(size_t index, const void* grad) {
-  if (index >= params_.size() || ready_[index]) return weftInvalidUsage;
+  if (index >= params_.size()) {
+    return failed(weftInvalidUsage, "weft ddp: markReady(" + std::to_string(index) + "): there are only " +
+                                        std::to_string(params_.size()) + " parameters");
+  }
+  if (ready_[index]) {
+    return failed(weftInvalidUsage, "weft ddp: markReady(" + std::to_string(index) + "): marked ready twice in one "
+                                    "step (call finish() after each backward)");
+  }
   const Parameter& p = params_[index];
   const void* from = grad != nullptr ? grad : p.grad;
-  if (from == nullptr && p.count > 0) return weftInvalidArgument;  // nowhere to read the gradient from
+  if (from == nullptr && p.count > 0) {
+    return failed(weftInvalidArgument, "weft ddp: markReady(" + std::to_string(index) + "): no gradient given and "
+                                       "the parameter has no grad buffer");
+  }
   ready_[index] = true;
   Bucket& b = buckets_[bucketOf_[index]];
   const size_t esize = dataTypeSize(p.type);
@@ -107,6 +137,7 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
     if (rc == weftSuccess) rc = one;
   }
   weftResult_t synced = weftStreamSynchronize(stream_);
+  if (synced != weftSuccess) failed(synced);
   if (rc == weftSuccess) rc = synced;
   if (rc == weftSuccess) rc = startError_;
   startError_ = weftSuccess;

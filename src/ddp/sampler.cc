@@ -21,7 +21,7 @@ DistributedSampler::DistributedSampler(size_t datasetSize, int numReplicas, int 
   }
   const auto r = static_cast<size_t>(numReplicas);
   // As torch: with drop_last and an uneven split, the tail is dropped; otherwise padded.
-  numSamples_ = dropLast_ && size_ % r != 0 ? size_ / r : (size_ + r - 1) / r;
+  numSamples_ = size_ / r + (!dropLast_ && size_ % r != 0 ? 1 : 0);  // (size_ + r - 1) / r would overflow
 }
 
 std::vector<size_t> DistributedSampler::indices() const {
