@@ -67,6 +67,7 @@ PY
     ;;
   usage)
     for args in "-b" "-b 1X" "-d nosuchtype" "-o nosuchop" "-n 0" "-e 8 -b 1K" "--nosuchflag" "nosuchcollective" \
+                "-b 18446744073709551615 -e 18446744073709551615" "-e 2000000G" \
                 "broadcast -r x" "broadcast -r 1"; do
       set +e
       # shellcheck disable=SC2086

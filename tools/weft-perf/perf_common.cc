@@ -69,12 +69,15 @@ int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, s
     *error = std::string("-") + static_cast<char>(opt) + ": '" + arg + "' is not " + what;
     return -1;
   };
+  // Buffers are sized from these with some rounding and a guard added: far below SIZE_MAX.
+  constexpr size_t kLargest = size_t{1} << 50;
+  auto size = [&](size_t* bytes) { return parseSize(arg, bytes) && *bytes >= 1 && *bytes <= kLargest; };
   switch (opt) {
     case 'b':
-      if (!parseSize(arg, &sweep.minBytes) || sweep.minBytes == 0) return bad("a size of at least 1 byte");
+      if (!size(&sweep.minBytes)) return bad("a size from 1 byte to 1048576G");
       return 1;
     case 'e':
-      if (!parseSize(arg, &sweep.maxBytes) || sweep.maxBytes == 0) return bad("a size of at least 1 byte");
+      if (!size(&sweep.maxBytes)) return bad("a size from 1 byte to 1048576G");
       return 1;
     case 'f':
       if (!parseInt(arg, 0, 1 << 20, &value)) return bad("a step factor (an integer >= 0)");

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,16 +63,22 @@ int parse(int argc, char** argv, Options* o) {
       case 'i':
         if (!weftperf::parseInt(arg, 1, 1000000000, &o->iterations)) return usage("-i needs an iteration count >= 1");
         break;
-      case 't':
-        o->seconds = std::strtod(arg.c_str(), nullptr);
-        if (!(o->seconds > 0 && o->seconds <= 86400)) return usage("-t needs seconds in (0, 86400]");
+      case 't': {
+        char* end = nullptr;
+        o->seconds = std::strtod(arg.c_str(), &end);
+        if (arg.empty() || *end != '\0' || !(o->seconds > 0 && o->seconds <= 86400)) {
+          return usage("-t needs seconds in (0, 86400]");
+        }
         break;
+      }
       case 's':
         if (!weftperf::parseInt(arg, 0, 1L << 40, &value)) return usage("-s needs a seed >= 0");
         o->seed = static_cast<unsigned long>(value);
         break;
       case 'm':
-        if (!weftperf::parseSize(arg, &o->maxBytes) || o->maxBytes == 0) return usage("-m needs a size >= 1");
+        if (!weftperf::parseSize(arg, &o->maxBytes) || o->maxBytes == 0 || o->maxBytes > (size_t{1} << 50)) {
+          return usage("-m needs a size from 1 byte to 1048576G");
+        }
         break;
       case 'c':
         o->only = weftperf::findCollective(arg);
@@ -204,7 +211,13 @@ int main(int argc, char** argv) {
   int rank = 0, nranks = 0;
   weftCommUserRank(comm, &rank);
   weftCommCount(comm, &nranks);
-  int status = Stress(comm, rank, nranks, options).run();
+  int status = kExitFailure;
+  try {
+    status = Stress(comm, rank, nranks, options).run();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "weft-stress: rank %d: out of memory for buffers of %zu bytes (lower -m)\n", rank,
+                 options.maxBytes);
+  }
   if (status == kExitOk) weftCommDestroy(comm);
   else weftCommAbort(comm);
   return status;

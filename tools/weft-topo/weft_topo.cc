@@ -31,7 +31,18 @@ void usage() {
       "  --predict N          instead: the tuner's predicted all-reduce times for N ranks on one\n"
       "                       such host over shared memory (--socket: sockets), 8 B to 64 MiB,\n"
       "                       per algorithm, and its choice, as JSON lines\n"
-      "Exit status: 0 success, 1 the topology could not be read, 2 bad command line.\n");
+      "Exit status: 0 success, 1 the topology could not be read or the output written, 2 bad\n"
+      "command line.\n");
+}
+
+// 0, or 1 with a message where what went to stdout could not all be written (a full disk, a
+// closed pipe): a truncated plan must not pass for a whole one.
+int exitStatusAfterOutput() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "weft-topo: cannot write the standard output\n");
+    return 1;
+  }
+  return 0;
 }
 
 // The tuner's predictions for n ranks on one host like `host`, as the communicator would make
@@ -62,7 +73,7 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
     std::printf(", \"choice\": \"%s\"}\n",
                 algorithmName(chooseAlgorithm(config, link, layout, Collective::AllReduce, bytes)));
   }
-  return 0;
+  return exitStatusAfterOutput();
 }
 
 }  // namespace
@@ -145,11 +156,12 @@ int main(int argc, char** argv) {
     } else {
       std::ofstream out(dotFile);
       out << dot;
+      out.close();  // a write error may show only when the buffer is flushed
       if (!out) {
         std::fprintf(stderr, "weft-topo: cannot write %s\n", dotFile.c_str());
         return 1;
       }
     }
   }
-  return 0;
+  return exitStatusAfterOutput();
 }
