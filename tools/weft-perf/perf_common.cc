@@ -69,9 +69,7 @@ int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, s
     *error = std::string("-") + static_cast<char>(opt) + ": '" + arg + "' is not " + what;
     return -1;
   };
-  // Buffers are sized from these with some rounding and a guard added: far below SIZE_MAX.
-  constexpr size_t kLargest = size_t{1} << 50;
-  auto size = [&](size_t* bytes) { return parseSize(arg, bytes) && *bytes >= 1 && *bytes <= kLargest; };
+  auto size = [&](size_t* bytes) { return parseSize(arg, bytes) && *bytes >= 1 && *bytes <= kLargestSize; };
   switch (opt) {
     case 'b':
       if (!size(&sweep.minBytes)) return bad("a size from 1 byte to 1048576G");

@@ -23,6 +23,9 @@ inline constexpr int kExitUsage = 2;    // bad command line
 // Parses a byte count: decimal digits with an optional K, M or G suffix (powers of 1024,
 // either case). Returns false for anything else, including overflow.
 bool parseSize(std::string_view text, size_t* bytes);
+// The largest message size the tools take (1 PiB, "1048576G"): buffers are sized from it with
+// rounding and guards added, far below SIZE_MAX.
+inline constexpr size_t kLargestSize = size_t{1} << 50;
 
 // Parses a decimal integer in [min, max]. Returns false for anything else.
 bool parseInt(std::string_view text, long min, long max, long* value);

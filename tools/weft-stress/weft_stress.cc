@@ -76,7 +76,7 @@ int parse(int argc, char** argv, Options* o) {
         o->seed = static_cast<unsigned long>(value);
         break;
       case 'm':
-        if (!weftperf::parseSize(arg, &o->maxBytes) || o->maxBytes == 0 || o->maxBytes > (size_t{1} << 50)) {
+        if (!weftperf::parseSize(arg, &o->maxBytes) || o->maxBytes == 0 || o->maxBytes > weftperf::kLargestSize) {
           return usage("-m needs a size from 1 byte to 1048576G");
         }
         break;
