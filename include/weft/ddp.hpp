@@ -60,7 +60,7 @@ class Reducer {
   // parameters' grad buffers (or to gradOut[i] where given). Resets for the next step.
   weftResult_t finish(const std::vector<void*>& gradOut = {});
 
-  // Why the last call that failed did: its own check, or Weft's last error on the communicator.
+  // Why the last call that failed did: its own check, or the Weft call's last error.
   const std::string& lastError() const { return lastError_; }
 
   size_t bucketCount() const { return buckets_.size(); }
@@ -78,7 +78,7 @@ class Reducer {
     bool started = false;
   };
   weftResult_t start(Bucket& bucket);
-  // rc, after keeping `why` (or, for "", Weft's last error on the communicator) as lastError().
+  // rc, after keeping `why` (or, for "", this thread's last Weft error) as lastError().
   weftResult_t failed(weftResult_t rc, std::string why = "");
 
   weftComm_t comm_;

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -100,7 +101,8 @@ class DeviceEnd final : public Completion {
  public:
   DeviceEnd(std::unique_ptr<Event> event, std::chrono::milliseconds timeout, std::function<void()> keep,
             std::exception_ptr error, std::shared_ptr<DeviceLane::Kept> kept)
-      : event_(std::move(event)), timeout_(timeout), keep_(std::move(keep)), error_(error), kept_(std::move(kept)) {}
+      : event_(std::move(event)), timeout_(std::min(timeout, kLongestWait)), keep_(std::move(keep)), error_(error),
+        kept_(std::move(kept)) {}
 
   void await(weftComm_t comm) override {
     if (event_ != nullptr) {
@@ -159,7 +161,7 @@ std::unique_ptr<Event> recordOn(c10::DeviceIndex device, cudaStream_t stream, st
 DeviceLane::DeviceLane(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, c10::DeviceIndex device)
     : device_(device),
-      timeout_(timeout),
+      timeout_(std::min(timeout, kLongestWait)),
       stream_(c10::cuda::getStreamFromPool(false, device)),
       kept_(std::make_shared<Kept>()) {
   c10::cuda::CUDAGuard onDevice(device);  // the communicator binds to the current GPU

@@ -24,6 +24,10 @@
 
 namespace weft_torch {
 
+// The longest any wait here lasts: steady_clock counts in nanoseconds, which a timedelta of
+// centuries (a process group's timeout may be anything) would overflow.
+constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24 * 365);
+
 #if TORCH_VERSION_MAJOR >= 2
 using BackendBase = c10d::Backend;
 #else

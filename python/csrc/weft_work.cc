@@ -88,11 +88,9 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   issueIfDeferred();
   std::unique_lock<std::mutex> lock(mutex_);
   // A timeout given here is kept (as gloo keeps it). Without one, Weft's own deadline (the
-  // process group's timeout) ends every operation, and this wait only has to outlast it. Either
-  // is capped at a year: wait_for counts in nanoseconds, which a timedelta of centuries overflows.
-  constexpr std::chrono::milliseconds kLongest = std::chrono::hours(24 * 365);
-  const auto limit = timeout == kNoTimeout ? std::min(timeout_, kLongest) * 2 + std::chrono::seconds(1)
-                                           : std::min(timeout, kLongest);
+  // process group's timeout) ends every operation, and this wait only has to outlast it.
+  const auto limit = timeout == kNoTimeout ? std::min(timeout_, kLongestWait) * 2 + std::chrono::seconds(1)
+                                           : std::min(timeout, kLongestWait);
   if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
     throw std::runtime_error("weft: operation timed out after " +
                              std::to_string((timeout == kNoTimeout ? timeout_ : timeout).count()) + " ms");

@@ -73,11 +73,11 @@ weftResult_t issueBatch(CommBatch& batch) {
 // Several communicators with work for the NULL stream: each may wait on its peers, which may be
 // other communicators of this very group (one thread driving several ranks), so they run side by
 // side on their progress threads while this thread waits for all.
-weftResult_t runConcurrently(std::vector<CommBatch>& batches) {
+// `result`: the group's result so far (its stream batches'), kept where it is an error.
+weftResult_t runConcurrently(std::vector<CommBatch>& batches, weftResult_t result) {
   std::vector<std::pair<std::shared_ptr<api::HostStream>, api::CommState*>> waits;
   // Every communicator that failed keeps its error; the first is the one returned (and the
   // thread's last error).
-  weftResult_t result = weftSuccess;
   auto report = [&result](const Status& status, api::CommState* state) {
     if (status.isOk()) return;
     if (result == weftSuccess) result = api::reportError(status, state);
@@ -205,6 +205,5 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     weftResult_t r = issueBatch(batch);
     if (result == weftSuccess) result = r;
   }
-  weftResult_t r = runConcurrently(blocking);
-  return withPendingInits(group, result == weftSuccess ? r : result);
+  return withPendingInits(group, runConcurrently(blocking, result));
 }

@@ -1,7 +1,8 @@
 // Runs any Schedule: posts sends and receives to the transport as their dependencies finish
 // (in each peer's posting order), runs reductions on the calling thread as their inputs land,
 // spins briefly then sleeps in poll() when nothing moves, and gives up at the deadline
-// (weftRemoteError naming the peer it was waiting for) or on abort.
+// (weftTimeout naming the peer it was waiting for), when a peer hangs up (weftRemoteError) or
+// on abort.
 #pragma once
 
 #include <atomic>

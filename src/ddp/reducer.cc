@@ -73,7 +73,9 @@ weftResult_t Reducer::broadcastParameters() {
 }
 
 weftResult_t Reducer::failed(weftResult_t rc, std::string why) {
-  lastError_ = why.empty() ? weftGetLastError(comm_) : std::move(why);
+  // The thread's last error: every failed Weft call records it there (a stream's wait, with no
+  // communicator to record it on, only there).
+  lastError_ = why.empty() ? weftGetLastError(nullptr) : std::move(why);
   return rc;
 }
 
