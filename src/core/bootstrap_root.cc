@@ -166,6 +166,10 @@ class RootServer {
   }
 
   void failTimeout() {
+    if (nranks_ == 0) {  // the rank count comes with the first rank's hello
+      fail(weftTimeout, "bootstrap: no rank joined before the timeout");
+      return;
+    }
     std::string missing;
     int count = 0;
     for (int r = 0; r < nranks_; ++r) {
