@@ -76,8 +76,8 @@ for ((r = 1; r <= rounds; r++)); do
   else
     kept=no
   fi
-  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" -v s="${readings[*]}" -v k="$kept" \
-    'BEGIN { printf "| %d | %s | %s | %s | %.3f | %.1f | %.1f | %s | %s |", r, w, g, f, w / g, w - f, g - f, s, k }')")
+  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" -v q="$ratio" -v s="${readings[*]}" -v k="$kept" \
+    'BEGIN { printf "| %d | %s | %s | %s | %s | %.1f | %.1f | %s | %s |", r, w, g, f, q, w - f, g - f, s, k }')")
 done
 median=$(printf '%s\n' "${ratios[@]}" | median)
 steady_median=$(printf '%s\n' ${steady[@]+"${steady[@]}"} | sed '/^$/d' | median)

@@ -8,6 +8,7 @@
 #include "api/buffer_use.h"
 #include "api/device_issue.h"
 #include "api/host_stream.h"
+#include "core/self_exchange.h"
 #include "gpu/device_memory.h"
 #include "kernels/cpu/reduce.h"
 
@@ -90,7 +91,6 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
   if (!state.isOk()) return api::reportCallError(state.status());
   api::CommState& cs = *state.value();
   Status checked;
-  const bool p2p = call.collective == Collective::Send || call.collective == Collective::Recv;
   // The caller may have passed any int as the type: read it as one (loading an out-of-range
   // enum value is undefined behaviour).
   int rawType;
@@ -98,7 +98,7 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
   if (!kernels::isValidDataType(rawType)) {
     checked = Status(weftInvalidArgument, formatString("%s: invalid datatype %d", fn, rawType));
   } else if (call.root < 0 || call.root >= cs.nranks) {
-    checked = Status(weftInvalidArgument, formatString("%s: %s %d is outside [0, %d)", fn, p2p ? "peer" : "root",
+    checked = Status(weftInvalidArgument, formatString("%s: %s %d is outside [0, %d)", fn, core::isPointToPoint(call) ? "peer" : "root",
                                                        call.root, cs.nranks));
   } else if (coll::isReducing(call.collective)) {
     checked = resolveOp(fn, cs, op, &call);
@@ -134,13 +134,10 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
                      formatString("%s: the stream is neither NULL nor a Weft host stream from weftStreamCreate (a GPU "
                                   "stream needs device buffers)", fn));
   }
-  // Outside a group nothing can match a send to this rank itself, or a receive from it: a
-  // usage error, caught here so that the communicator stays usable.
-  if (checked.isOk() && p2p && call.root == cs.rank && !api::groupIsOpen()) {
-    checked = Status(weftInvalidUsage, formatString("%s: a %s this rank itself needs a matching %s in the same group "
-                                                    "(weftGroupStart ... weftGroupEnd)", fn,
-                                                    call.collective == Collective::Send ? "send to" : "receive from",
-                                                    call.collective == Collective::Send ? "receive" : "send"));
+  // Outside a group a call is a group of one: a send to this rank itself (or a receive from it)
+  // has no partner, refused here, as weftGroupEnd refuses it, so the communicator stays usable.
+  if (checked.isOk() && core::isPointToPoint(call) && !api::groupIsOpen()) {
+    checked = core::checkSelfExchange({&call, 1}, cs.rank).withContext(fn);
   }
   if (!checked.isOk()) return api::reportCallError(checked, &cs);
   if (api::groupIsOpen()) {

@@ -30,12 +30,13 @@ namespace {
 Status checkCpuIsaChoice() {
   const auto requested = envString("WEFT_CPU_ISA");
   if (!requested) return Status::ok();
-  const auto& names = kernels::kCpuIsas;
-  if (std::find_if(std::begin(names), std::end(names), [&](const char* n) { return *requested == n; }) ==
-      std::end(names)) {
-    return Status(weftInvalidArgument,
-                  "WEFT_CPU_ISA=\"" + *requested + "\": expected scalar, avx2, avx512 or avx512bf16");
+  std::string names;
+  bool known = false;
+  for (const char* name : kernels::kCpuIsas) {
+    known = known || *requested == name;
+    names += (names.empty() ? "" : ", ") + std::string(name);
   }
+  if (!known) return Status(weftInvalidArgument, "WEFT_CPU_ISA=\"" + *requested + "\": expected " + names);
   if (!kernels::isaSupported(requested->c_str())) {
     WEFT_WARN("WEFT_CPU_ISA=%s: this CPU cannot run it; the reduction kernels use %s", requested->c_str(),
               kernels::activeIsa());

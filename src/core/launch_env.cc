@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -54,13 +55,12 @@ Result<LauncherVars> detectLauncher() {
 Result<Secret> secretFromEnvironment(const std::string& jobKey) {
   Secret secret{};
   if (auto hex = envString("WEFT_SECRET")) {
-    auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                                              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    // from_chars into an unsigned type takes hex digits only (no sign, no blanks, no 0x).
     bool hexOnly = hex->size() == 2 * secret.size();
     for (size_t i = 0; hexOnly && i < secret.size(); ++i) {
-      const int high = digit((*hex)[2 * i]), low = digit((*hex)[2 * i + 1]);
-      hexOnly = high >= 0 && low >= 0;
-      secret[i] = static_cast<uint8_t>(high * 16 + low);
+      const char* at = hex->data() + 2 * i;
+      const auto [end, error] = std::from_chars(at, at + 2, secret[i], 16);
+      hexOnly = error == std::errc() && end == at + 2;
     }
     if (!hexOnly) return Status(weftInvalidArgument, "WEFT_SECRET must be 64 hex digits");
     return secret;

@@ -4,30 +4,27 @@
 #include <utility>
 #include <vector>
 
-
 namespace weft::core {
 
 namespace {
 
-// The calls' sends to `self` and receives from it, each in call order.
-std::pair<std::vector<const CollectiveCall*>, std::vector<const CollectiveCall*>> selfCalls(
-    std::span<const CollectiveCall> calls, int self) {
+using SelfPairs = std::vector<std::pair<const CollectiveCall*, const CollectiveCall*>>;  // send, receive
+
+// The calls' sends to `self` paired with their receives from it, in call order; or why they
+// do not pair.
+Result<SelfPairs> pairSelfCalls(std::span<const CollectiveCall> calls, int self) {
   std::vector<const CollectiveCall*> sends, recvs;
   for (const CollectiveCall& call : calls) {
     if (isPointToPoint(call) && call.root == self) (call.collective == coll::Collective::Send ? sends : recvs).push_back(&call);
   }
-  return {std::move(sends), std::move(recvs)};
-}
-
-}  // namespace
-
-Status checkSelfExchange(std::span<const CollectiveCall> calls, int self) {
-  const auto [sends, recvs] = selfCalls(calls, self);
   if (sends.size() != recvs.size()) {
-    return Status(weftInvalidUsage, formatString("%zu send(s) to this rank itself but %zu receive(s) from it: a send "
-                                                 "to self needs a matching receive in the same group",
-                                                 sends.size(), recvs.size()));
+    const bool sendsOver = sends.size() > recvs.size();
+    return Status(weftInvalidUsage, formatString("%zu send(s) to this rank itself but %zu receive(s) from it: each %s "
+                                                 "needs a matching %s in the same group",
+                                                 sends.size(), recvs.size(), sendsOver ? "send to self" : "receive from self",
+                                                 sendsOver ? "receive" : "send"));
   }
+  SelfPairs pairs;
   for (size_t i = 0; i < sends.size(); ++i) {
     if (sends[i]->count != recvs[i]->count || sends[i]->type != recvs[i]->type) {
       return Status(weftInvalidUsage,
@@ -35,15 +32,19 @@ Status checkSelfExchange(std::span<const CollectiveCall> calls, int self) {
                                  kernels::dataTypeName(sends[i]->type), recvs[i]->count,
                                  kernels::dataTypeName(recvs[i]->type)));
     }
+    pairs.emplace_back(sends[i], recvs[i]);
   }
-  return Status::ok();
+  return pairs;
 }
 
+}  // namespace
+
+Status checkSelfExchange(std::span<const CollectiveCall> calls, int self) { return pairSelfCalls(calls, self).status(); }
+
 Status copyToSelf(std::span<const CollectiveCall> calls, int self) {
-  WEFT_TRY(checkSelfExchange(calls, self));
-  const auto [sends, recvs] = selfCalls(calls, self);
-  for (size_t i = 0; i < sends.size(); ++i) {
-    if (callBytes(*sends[i]) > 0) std::memmove(recvs[i]->recv, sends[i]->send, callBytes(*sends[i]));
+  WEFT_ASSIGN_OR_RETURN(const SelfPairs pairs, pairSelfCalls(calls, self));
+  for (const auto& [send, recv] : pairs) {
+    if (callBytes(*send) > 0) std::memmove(recv->recv, send->send, callBytes(*send));
   }
   return Status::ok();
 }

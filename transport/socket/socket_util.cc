@@ -7,8 +7,8 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -82,9 +82,10 @@ Result<SocketAddress> SocketAddress::parse(const std::string& text, int defaultP
   if (host.empty() || port.empty()) {
     return Status(weftInvalidArgument, "address \"" + text + "\" needs the form host:port");
   }
-  // Digits only: strtol would also take a sign or leading blanks ("-0" is no port).
-  const bool digits = port.size() <= 5 && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits || std::stol(port) > 65535) {
+  // Digits only (from_chars into an unsigned type takes no sign or blanks: "-0" is no port).
+  unsigned portNumber = 0;
+  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), portNumber);
+  if (error != std::errc() || end != port.data() + port.size() || portNumber > 65535) {
     return Status(weftInvalidArgument, "address \"" + text + "\" has an invalid port");
   }
   addrinfo hints{};
