@@ -1,5 +1,7 @@
 #include "multiprocess.h"
 
+#include <catch2/catch.hpp>
+
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -137,6 +139,21 @@ double processCpuSeconds() {
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+weftComm_t rankComm(RankContext& ctx, int timeoutMs) { return rankComm(ctx, ctx.id, timeoutMs); }
+
+weftComm_t rankComm(RankContext& ctx, const weftUniqueId& id, int timeoutMs) {
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  config.timeoutMs = timeoutMs;
+  weftComm_t comm = nullptr;
+  RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, id, ctx.rank, &config));
+  return comm;
+}
+
+void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
 weftComm_t soloComm(RankContext& ctx) {

@@ -2,6 +2,7 @@
 // parent stays single-threaded; rank 0 makes the unique id and shares it through a shared page.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,19 @@ std::vector<RankOutcome> runRanks(int nranks, const std::function<int(RankContex
 
 // "rank 1 exited 1: <output>" for each rank that did not exit 0; empty when all passed.
 std::string describeFailures(const std::vector<RankOutcome>& outcomes);
+
+// This rank's communicator over `id` (the job's own by default), its calls timing out after
+// timeoutMs; NULL, with a failure recorded, when init fails.
+weftComm_t rankComm(RankContext& ctx, int timeoutMs = 30000);
+weftComm_t rankComm(RankContext& ctx, const weftUniqueId& id, int timeoutMs = 30000);
+
+// Whether `text` (which may be NULL) contains `part`: for checking error sentences.
+inline bool contains(const char* text, const char* part) {
+  return text != nullptr && std::strstr(text, part) != nullptr;
+}
+
+// A Catch2 check that every rank exited 0, showing the failed ranks' output otherwise.
+void expectAllPassed(const std::vector<RankOutcome>& outcomes);
 
 // A one-rank communicator made inside a rank (each rank process makes its own); NULL, with a
 // failure recorded, when it cannot be made.

@@ -18,11 +18,6 @@ using namespace weft::test;
 
 namespace {
 
-void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
-}
-
 weftComm_t initComm(RankContext& ctx) {
   weftComm_t comm = nullptr;
   RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));

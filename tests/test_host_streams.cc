@@ -14,14 +14,6 @@ using namespace weft::test;
 
 namespace {
 
-weftComm_t init(RankContext& ctx, const weftUniqueId& id, int timeoutMs = 30000) {
-  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-  config.timeoutMs = timeoutMs;
-  weftComm_t comm = nullptr;
-  RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, id, ctx.rank, &config));
-  return comm;
-}
-
 // A second id for a second communicator, made by rank 0 and shared through the first.
 weftUniqueId secondId(RankContext& ctx, weftComm_t comm) {
   weftUniqueId id{};
@@ -30,16 +22,11 @@ weftUniqueId secondId(RankContext& ctx, weftComm_t comm) {
   return id;
 }
 
-void expectAllPassed(const std::vector<RankOutcome>& outcomes) {
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
-}
-
 }  // namespace
 
 TEST_CASE("host streams: a queued collective returns before its peers have joined", "[streams][multiprocess]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = init(ctx, ctx.id);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     weftStream_t stream = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));
@@ -64,7 +51,7 @@ TEST_CASE("host streams: synchronize or query inside the group that holds the st
   // The group's calls are queued at weftGroupEnd: a synchronize before it would return with the
   // buffer still unreduced.
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = init(ctx, ctx.id);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     weftStream_t stream = nullptr, other = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));
@@ -94,7 +81,7 @@ TEST_CASE("host streams: synchronize waits as long as the communicator's timeout
   // Set in each rank once the unique id (whose root lives as long as the default allows) exists.
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
     setenv("WEFT_TIMEOUT_MS", "500", 1);  // a fresh child process: no other thread reads it
-    weftComm_t comm = init(ctx, ctx.id, 20000);
+    weftComm_t comm = rankComm(ctx, 20000);
     if (comm == nullptr) return 1;
     weftStream_t stream = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));
@@ -112,9 +99,9 @@ TEST_CASE("host streams: synchronize waits as long as the communicator's timeout
 TEST_CASE("host streams: operations complete in order, across communicators and with blocking calls",
           "[streams][multiprocess]") {
   expectAllPassed(runRanks(3, [](RankContext& ctx) {
-    weftComm_t a = init(ctx, ctx.id);
+    weftComm_t a = rankComm(ctx);
     if (a == nullptr) return 1;
-    weftComm_t b = init(ctx, secondId(ctx, a));
+    weftComm_t b = rankComm(ctx, secondId(ctx, a));
     if (b == nullptr) return 1;
     weftStream_t stream = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));
@@ -157,9 +144,9 @@ TEST_CASE("host streams: an operation waits for earlier ones on other communicat
   // each of the `a` calls 2 s late: each ends within a's 3 s timeout, both together after it.
   // `b`'s call must wait its turn and run, not time out while its predecessors still move.
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t a = init(ctx, ctx.id, 3000);
+    weftComm_t a = rankComm(ctx, 3000);
     if (a == nullptr) return 1;
-    weftComm_t b = init(ctx, secondId(ctx, a), 3000);
+    weftComm_t b = rankComm(ctx, secondId(ctx, a), 3000);
     if (b == nullptr) return 1;
     weftStream_t stream = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));
@@ -184,7 +171,7 @@ TEST_CASE("host streams: an operation waits for earlier ones on other communicat
 
 TEST_CASE("host streams: errors reach the stream and the communicator", "[streams][multiprocess]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = init(ctx, ctx.id, 3000);
+    weftComm_t comm = rankComm(ctx, 3000);
     if (comm == nullptr) return 1;
     float x[4] = {1, 2, 3, 4};
     int invented = 0;
@@ -214,7 +201,7 @@ TEST_CASE("host streams: errors reach the stream and the communicator", "[stream
 
 TEST_CASE("host streams: destroy lets queued work finish", "[streams][multiprocess]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = init(ctx, ctx.id);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     weftStream_t stream = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));
@@ -234,7 +221,7 @@ TEST_CASE("host streams: two threads issuing on one stream and communicator", "[
   // behind it, until the timeout.
   constexpr int kPerThread = 2000;
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = init(ctx, ctx.id, 5000);
+    weftComm_t comm = rankComm(ctx, 5000);
     if (comm == nullptr) return 1;
     weftStream_t stream = nullptr;
     RANK_WEFT(ctx, weftStreamCreate(&stream));

@@ -2,8 +2,7 @@
 // hosts are numbered across the ranks (rank r on host r mod H), so that plan order is not rank
 // order: between every pair of ranks, the n-th send from a to b meets the n-th receive at b
 // from a, with the same size. The transports match messages exactly so; a schedule that broke
-// it would hang or corrupt data. And the tuner's model: it prices trees by the planned depth
-// and fan-out, and crowded hosts by their ranks per CPU.
+// it would hang or corrupt data.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -12,27 +11,15 @@
 #include <utility>
 #include <vector>
 
-#include "coll/arena_allreduce.h"
-#include "coll/cost_fit.h"
 #include "coll/schedule_cache.h"
 #include "coll/tuner.h"
+#include "placements.h"
 #include "plan/planner.h"
 
 using namespace weft;
+using test::interleaved;
 
 namespace {
-
-// With `nics` NICs per host (two or more make that many channels), local rank l nearest NIC l.
-std::vector<plan::RankPlacement> interleaved(int hosts, int perHost, int cpus, int nics = 0) {
-  std::vector<plan::RankPlacement> ranks(static_cast<size_t>(hosts * perHost));
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    ranks[r].host = static_cast<int>(r) % hosts;
-    ranks[r].cpus = cpus;
-    ranks[r].nicCount = nics;
-    ranks[r].preferredNic = nics > 0 ? static_cast<int>(r) / hosts % nics : -1;
-  }
-  return ranks;
-}
 
 // Per (from, to): the sizes of the messages in posting order, as the senders see them and as
 // the receivers do.
@@ -332,214 +319,4 @@ TEST_CASE("schedule cache: one shape with another pipeline gets its own schedule
   // to receive into and at most 2 x 4 for partial sums, of a 64-byte line each.
   const coll::CollectiveShape small{.nranks = 4, .rank = 1, .count = 16, .elementSize = 4, .order = &order};
   CHECK(cache.get(small, coll::Algorithm::Ring, {.chunkBytes = 512 * 1024, .slots = 4})->scratchBytes <= 12 * 64);
-}
-
-TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks per CPU", "[planner][tuner]") {
-  using coll::Algorithm;
-  using coll::Collective;
-  const auto spread = interleaved(4, 2, 8);  // 4 hosts: host tree depth 2, chains of 2
-  const coll::CommLayout layout =
-      coll::layoutOf(plan::rankOrderOf(plan::makePlan(spread)), 8, plan::ranksPerCpu(spread));
-  CHECK(layout.treeDepth == 3);
-  CHECK(layout.treeFanOut == 3);  // a host's first rank: two hosts and its chain below it
-  CHECK(layout.ranksPerCpu == 1.0);
-
-  const auto oneHost = interleaved(1, 8, 2);
-  CHECK(plan::ranksPerCpu(oneHost) == 4.0);
-  const coll::CommLayout crowded = coll::layoutOf(plan::rankOrderOf(plan::makePlan(oneHost)), 8, 4.0);
-  CHECK(crowded.treeDepth == 7);  // one host: the chain
-  const coll::LinkCost link = coll::defaultSharedMemoryCost();
-  for (size_t bytes : {size_t{8}, size_t{1} << 20}) {
-    coll::CommLayout roomy = crowded;
-    roomy.ranksPerCpu = 1;
-    CHECK(coll::predictUs(link, crowded, Collective::AllReduce, Algorithm::Ring, bytes, 1 << 19) >
-          2 * coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Ring, bytes, 1 << 19));
-    // A deeper tree costs more: the chain of one host against the trees over four.
-    CHECK(coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Tree, bytes, 1 << 19) >
-          coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Tree, bytes, 1 << 19));
-  }
-  // Unknown CPU counts never make a host look crowded.
-  CHECK(plan::ranksPerCpu(interleaved(1, 8, 0)) == 1.0);
-}
-
-TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the ring keeps the ring", "[tuner]") {
-  using coll::Algorithm;
-  using coll::Collective;
-  const coll::LinkCost link = coll::defaultSharedMemoryCost();
-  coll::TuningConfig config;
-  config.pipeline.chunkBytes = coll::kSharedMemoryChunkBytes;
-  auto price = [&](const coll::CommLayout& layout, Algorithm a, size_t bytes) {
-    return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes);
-  };
-  // A CPU per rank: behind the first chunk a chain's interior rank reduces and copies every
-  // chunk, where a ring's rank handles (n-1)/n of the buffer, so many chunks cost about 4/3 as
-  // much (a little less: the tree's steps are twice the ring's chunks, so it waits fewer times).
-  const auto roomy = interleaved(1, 4, 4);
-  const coll::CommLayout spacious = coll::layoutOf(plan::rankOrderOf(plan::makePlan(roomy)), 4, plan::ranksPerCpu(roomy));
-  const size_t large = size_t{64} << 20;
-  CHECK(price(spacious, Algorithm::Tree, large) / price(spacious, Algorithm::Ring, large) == Approx(4.0 / 3).epsilon(0.03));
-  // A host with 2 CPUs: the chains' work together is the ring's, and the first step's two
-  // working ranks have a CPU each while the waiting ones yield. Up to one step (a chunk of each
-  // half) this prices the tree exactly as the ring on any number of ranks, and the tuner keeps
-  // the ring, whichever way rounding tips the tie, for link costs WEFT_TUNE=measure may fit.
-  for (int n : {3, 4, 8}) {
-    const auto crowded = interleaved(1, n, 2);
-    coll::CommLayout shared =
-        coll::layoutOf(plan::rankOrderOf(plan::makePlan(crowded)), n, plan::ranksPerCpu(crowded));
-    shared.cacheBytesPerRank = size_t{1} << 20;  // 32 KiB in cache, 256 KiB between the rates
-    for (size_t bytes : {size_t{32} << 10, size_t{256} << 10}) {
-      CHECK(price(shared, Algorithm::Tree, bytes) == Approx(price(shared, Algorithm::Ring, bytes)));
-      int treeChosen = 0;
-      for (double alpha : {0.5, 0.9, 1.1, 1.7, 2.3, 3.1}) {
-        for (double gbps : {1.3, 2.9, 4.5, 7.7, 11.0}) {
-          for (double cached : {0.3, 0.45, 0.7}) {
-            const coll::LinkCost fitted{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), cached};
-            treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes) == Algorithm::Tree;
-          }
-        }
-      }
-      CHECK(treeChosen == 0);
-    }
-  }
-  // One CPU for all: the first step's two working ranks share it too, so the tree's one step
-  // costs the CPU what the ring's do, not half.
-  const auto single = interleaved(1, 4, 1);
-  const coll::CommLayout one = coll::layoutOf(plan::rankOrderOf(plan::makePlan(single)), 4, plan::ranksPerCpu(single));
-  CHECK(price(one, Algorithm::Tree, size_t{32} << 10) == Approx(price(one, Algorithm::Ring, size_t{32} << 10)));
-  CHECK(coll::chooseAlgorithm(config, link, one, Collective::AllReduce, size_t{32} << 10) != Algorithm::Tree);
-}
-
-TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's share of the cache", "[planner][tuner]") {
-  using coll::Algorithm;
-  using coll::Collective;
-  auto withCache = [](std::vector<plan::RankPlacement> ranks, size_t cacheBytes) {
-    for (auto& r : ranks) r.cacheBytes = cacheBytes;
-    return ranks;
-  };
-  // Two hosts of 4 ranks and 4 CPUs with 32 MiB each, one of 2 ranks and 2 CPUs with 8 MiB: the
-  // least share is 4 MiB. The cache is shared by every CPU: with 8 CPUs each, 1 MiB.
-  auto mixed = withCache(interleaved(2, 4, 4), size_t{32} << 20);
-  for (auto& r : mixed) r.host = r.host == 1 ? 2 : r.host;
-  auto small = withCache(interleaved(1, 2, 2), size_t{8} << 20);
-  for (auto& r : small) r.host = 1;
-  mixed.insert(mixed.end(), small.begin(), small.end());
-  CHECK(plan::cacheBytesPerRank(mixed) == (size_t{4} << 20));
-  auto roomier = mixed;
-  for (auto& r : roomier) r.cpus = 8;
-  CHECK(plan::cacheBytesPerRank(roomier) == (size_t{1} << 20));
-  auto cpusUnknown = mixed;
-  for (auto& r : cpusUnknown) r.cpus = 0;
-  CHECK(plan::cacheBytesPerRank(cpusUnknown) == (size_t{4} << 20));
-  auto unknown = mixed;
-  unknown.back().cacheBytes = 0;
-  CHECK(plan::cacheBytesPerRank(unknown) == 0);
-
-  const auto pair = withCache(interleaved(1, 2, 2), size_t{32} << 20);
-  const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(pair));
-  const coll::CommLayout cached = coll::layoutOf(order, 2, plan::ranksPerCpu(pair), plan::cacheBytesPerRank(pair));
-  const coll::CommLayout blind = coll::layoutOf(order, 2, 1.0);
-  CHECK(cached.cacheBytesPerRank == (size_t{16} << 20));
-  const coll::LinkCost link = coll::defaultSharedMemoryCost();
-  auto ring = [&](const coll::CommLayout& layout, size_t bytes) {
-    return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, 1 << 19);
-  };
-  const size_t inCache = size_t{2} << 20, beyond = size_t{64} << 20, between = size_t{8} << 20;
-  CHECK(ring(cached, inCache) < 0.6 * ring(blind, inCache));
-  CHECK(ring(cached, beyond) == ring(blind, beyond));
-  CHECK(ring(cached, between) > ring(cached, inCache) * 4 * 1.2);  // the discount fades
-  CHECK(ring(cached, between) < ring(blind, between));
-  // The cache is the host's, shared however the ranks share the CPUs.
-  coll::CommLayout crowded = cached;
-  crowded.ranksPerCpu = 2;
-  coll::CommLayout crowdedBlind = blind;
-  crowdedBlind.ranksPerCpu = 2;
-  CHECK(ring(crowded, inCache) < 0.7 * ring(crowdedBlind, inCache));
-}
-
-TEST_CASE("cost model: the INFO line names every algorithm a collective has, at the model's price", "[tuner]") {
-  using coll::Algorithm;
-  using coll::Collective;
-  const auto pair = interleaved(1, 2, 2);
-  const coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(pair)), 2, 1.0);
-  const coll::LinkCost link = coll::defaultSharedMemoryCost();
-  const coll::TuningConfig config;
-  const size_t bytes = size_t{1} << 20;
-  const std::string line = coll::describePredictions(config, link, layout, Collective::AllReduce, bytes);
-  for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
-    const std::string expected =
-        formatString("%s %.1f us", coll::algorithmName(a),
-                     coll::predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes));
-    CHECK(line.find(expected) != std::string::npos);
-  }
-  CHECK(line.find("direct") == std::string::npos);
-  CHECK(coll::describePredictions(config, link, layout, Collective::AllGather, bytes).rfind("ring ", 0) == 0);
-}
-
-TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs the timings came from", "[tuner]") {
-  using coll::Algorithm;
-  using coll::Collective;
-  for (int cpus : {2, 8}) {  // crowded (4 ranks on 2 CPUs) and not
-    auto ranks = interleaved(1, 4, cpus);
-    for (auto& r : ranks) r.cacheBytes = size_t{32} << 20;
-    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 4, plan::ranksPerCpu(ranks),
-                                             plan::cacheBytesPerRank(ranks));
-    layout.arenaBytes = coll::kArenaMaxBytes;
-    const coll::LinkCost truth{0.7, 1.0 / 9000.0, 1.0 / 20000.0, 0.6};
-    coll::CommLayout truthLayout = layout;
-    truthLayout.arenaLink = {0.3, 1.0 / 12000.0, 0.0};
-    const size_t chunk = coll::kSharedMemoryChunkBytes;
-    auto timed = [&](Algorithm a, size_t bytes) {
-      return coll::Timing{bytes, coll::predictUs(truth, truthLayout, Collective::AllReduce, a, bytes, chunk)};
-    };
-    const size_t share = layout.cacheBytesPerRank;
-    const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024), timed(Algorithm::Ring, share / 4),
-                                           timed(Algorithm::Ring, 2 * share), timed(Algorithm::OneShot, 8),
-                                           timed(Algorithm::OneShot, coll::kArenaMaxBytes)};
-    // From the defaults; the defaults' beta/gamma ratio is kept, so gamma is compared as beta + gamma.
-    const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, measured);
-    CAPTURE(cpus, fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor, fit.arena.alphaUs);
-    coll::CommLayout fitLayout = layout;
-    fitLayout.arenaLink = fit.arena;
-    for (const coll::Timing& t : {measured.ringSmall, measured.ringCached, measured.ringMemory}) {
-      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Ring, t.bytes, chunk) ==
-            Approx(t.us).epsilon(0.03));
-    }
-    for (const coll::Timing& t : {measured.arenaSmall, measured.arenaLarge}) {
-      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::OneShot, t.bytes, chunk) ==
-            Approx(t.us).epsilon(0.03));
-    }
-    CHECK(fit.link.inCacheFactor < 1.0);
-  }
-  // Timings a 2-rank communicator took at init on the 2-core VM (WEFT_DEBUG=INFO's "timed at
-  // init" line, 2026-11-27): the fit must give back every one of them, the small call's too,
-  // whose prediction a single pass in turn left 10% short.
-  {
-    auto ranks = interleaved(1, 2, 2);
-    for (auto& r : ranks) r.cacheBytes = size_t{32} << 20;
-    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 2, plan::ranksPerCpu(ranks),
-                                             plan::cacheBytesPerRank(ranks));
-    layout.arenaBytes = coll::kArenaMaxBytes;
-    const coll::MeasuredAllReduce vm{{1024, 0.8}, {size_t{4} << 20, 247.7}, {size_t{32} << 20, 3961.6},
-                                     {8, 0.11}, {coll::kArenaMaxBytes, 2.79}};
-    const size_t chunk = coll::kSharedMemoryChunkBytes;
-    const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, vm);
-    CAPTURE(fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor);
-    for (const coll::Timing& t : {vm.ringSmall, vm.ringCached, vm.ringMemory}) {
-      CAPTURE(t.bytes);
-      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, t.bytes, chunk) ==
-            Approx(t.us).epsilon(0.03));
-    }
-  }
-  // Nothing timed: nothing changes.
-  const auto pair = interleaved(1, 2, 2);
-  const coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(pair)), 2, 1.0);
-  const coll::FittedCosts same = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, 1 << 17, {});
-  CHECK(same.link.alphaUs == coll::defaultSharedMemoryCost().alphaUs);
-  CHECK(same.arena.alphaUs == coll::arenaCost().alphaUs);
-  // Sockets have no cache discount, and a timing in the cache does not give them one.
-  coll::CommLayout cachedLayout = layout;
-  cachedLayout.cacheBytesPerRank = size_t{16} << 20;
-  coll::MeasuredAllReduce inCache;
-  inCache.ringCached = {size_t{4} << 20, 1.0};
-  CHECK(coll::fitAllReduce(coll::defaultSocketCost(), cachedLayout, 1 << 19, inCache).link.inCacheFactor == 1.0);
 }

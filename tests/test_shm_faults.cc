@@ -35,15 +35,6 @@ std::string segmentPrefix(const weftUniqueId& id) {
   return formatString("weft-%08x-", static_cast<unsigned>(hash));
 }
 
-// This rank's communicator with the given timeout (NULL, recorded as a failure, if init failed).
-weftComm_t initWithTimeout(RankContext& ctx, int timeoutMs) {
-  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-  config.timeoutMs = timeoutMs;
-  weftComm_t comm = nullptr;
-  RANK_WEFT(ctx, weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
-  return comm;
-}
-
 std::vector<std::string> segmentsOf(const std::string& prefix) {
   std::vector<std::string> found;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
@@ -86,7 +77,7 @@ void expectSurvivorsFail(int timeoutMs, double withinSeconds, bool (*accepted)(w
                          const std::function<KilledCall(RankContext&, weftComm_t)>& killDuring) {
   setenv("WEFT_TRANSPORT", "shm", 1);
   auto outcomes = runRanks(3, [&](RankContext& ctx) {
-    weftComm_t comm = initWithTimeout(ctx, timeoutMs);
+    weftComm_t comm = rankComm(ctx, timeoutMs);
     if (comm == nullptr) return 1;
     const KilledCall failed = killDuring(ctx, comm);
     double seconds = std::chrono::duration<double>(Clock::now() - failed.killedAt).count();
@@ -176,7 +167,7 @@ TEST_CASE("shm: a rank with shared memory disabled keeps every rank off the aren
   // bootstrap, the plan puts its pairs on sockets, and no rank tries the arena.
   auto outcomes = runRanksLoggingInfo(3, [](RankContext& ctx) {
     if (ctx.rank == 2) setenv("WEFT_SHM_DISABLE", "1", 1);
-    weftComm_t comm = initWithTimeout(ctx, 20000);
+    weftComm_t comm = rankComm(ctx, 20000);
     if (comm == nullptr) return 1;
     for (int call = 0; call < 200; ++call) {
       std::vector<int32_t> v(1 + call % 64, ctx.rank + call);
@@ -282,7 +273,7 @@ TEST_CASE("shm: back-to-back broadcasts of several arena pieces on crowded ranks
   // overtaken by a peer that reuses the slot it is about to read. A broken protocol hangs here,
   // so the timeout is short.
   auto outcomes = runRanks(5, [](RankContext& ctx) {
-    weftComm_t comm = initWithTimeout(ctx, 20000);
+    weftComm_t comm = rankComm(ctx, 20000);
     if (comm == nullptr) return 1;
     const size_t count = (size_t{1} << 17) + 3;  // 2 pieces of the arena's slot
     std::vector<int32_t> data(count);

@@ -1,0 +1,116 @@
+// Ranks that disagree with each other about a call: different settings, counts, collectives or
+// operators, or one rank that never makes the call. Every rank gets an error within its
+// deadline, never a hang or another call's data. Ranks are real processes.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multiprocess.h"
+
+using namespace weft::test;
+
+TEST_CASE("ranks that disagree: ranks with different tuning settings fail init, naming them", "[mismatch]") {
+  // Different chunk sizes (or forced algorithms) make the ranks' schedules for one call differ:
+  // a size mismatch at best, a hang or mixed-up data at worst. Init refuses it on every rank.
+  // 512K is the socket default but not shared memory's, so setting it differs from not.
+  for (const char* chunk : {"64K", "512K"}) {
+    DYNAMIC_SECTION("WEFT_CHUNK_BYTES=" << chunk << " on one rank") {
+      expectAllPassed(runRanks(3, [chunk](RankContext& ctx) {
+        if (ctx.rank == 2) setenv("WEFT_CHUNK_BYTES", chunk, 1);
+        weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+        config.timeoutMs = 20000;
+        weftComm_t comm = nullptr;
+        weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
+        const std::string why = weftGetLastError(nullptr);
+        RANK_CHECK(ctx, rc == weftInvalidUsage, "init with different settings returned %s", weftGetErrorString(rc));
+        RANK_CHECK(ctx, why.find("WEFT_CHUNK_BYTES") != std::string::npos, "the error does not say what: %s", why.c_str());
+        RANK_CHECK(ctx, comm == nullptr, "a communicator was made");
+        return 0;
+      }));
+    }
+  }
+}
+
+TEST_CASE("ranks that disagree: a peer that skips a call is a weftTimeout naming it, through the executor and the arena",
+          "[mismatch]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comms[2] = {rankComm(ctx, 2000), nullptr};  // one for each case: a timeout fails it
+    if (comms[0] == nullptr) return 1;
+    RANK_WEFT(ctx, weftCommSplit(comms[0], 0, ctx.rank, &comms[1], nullptr));
+    if (comms[1] == nullptr) return 1;
+    const size_t counts[2] = {size_t{1} << 18, 1};  // 1 MiB: the executor's ring; 4 bytes: the arena
+    std::vector<float> v(counts[0], 1.0f);
+    for (int c = 0; c < 2; ++c) {  // both connected first
+      RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), counts[c], weftFloat32, weftSum, comms[c], nullptr));
+    }
+    if (ctx.rank == 0) {
+      for (int c = 0; c < 2; ++c) {
+        const weftResult_t rc = weftAllReduce(v.data(), v.data(), counts[c], weftFloat32, weftSum, comms[c], nullptr);
+        RANK_CHECK(ctx, rc == weftTimeout && contains(weftGetLastError(comms[c]), "timed out after 2000 ms") &&
+                            contains(weftGetLastError(comms[c]), "rank 1"),
+                   "%zu floats: returned %d: %s", counts[c], rc, weftGetLastError(comms[c]));
+      }
+    } else {
+      // Alive, connected and silent well past both of rank 0's deadlines (4 s in all), so that
+      // rank 0 sees silence, not a hang-up.
+      std::this_thread::sleep_for(std::chrono::milliseconds(8000));
+    }
+    for (weftComm_t comm : comms) (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
+
+TEST_CASE("ranks that disagree: mismatched counts across ranks end in an error, not a hang", "[mismatch]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 3000);
+    if (comm == nullptr) return 1;
+    size_t count = ctx.rank == 0 ? 100 : 1000;
+    std::vector<float> v(count + 16, 1.0f);
+    weftResult_t rc = weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr);
+    RANK_CHECK(ctx, rc != weftSuccess, "mismatched counts succeeded");
+    for (size_t i = count; i < v.size(); ++i) RANK_CHECK(ctx, v[i] == 1.0f, "wrote past the buffer at %zu", i);
+    // The communicator stays failed with the first error.
+    float x = 1;
+    RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess,
+               "a failed communicator ran another collective");
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
+
+TEST_CASE("ranks that disagree: ranks in different collectives of equal size get an error, not each other's data",
+          "[mismatch]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 3000);
+    if (comm == nullptr) return 1;
+    // One message each way of 64 bytes on both ranks: only the call signature differs.
+    std::vector<float> send(32, 1.0f), recv(32, 0.0f);
+    weftResult_t rc = ctx.rank == 0 ? weftAllGather(send.data(), recv.data(), 16, weftFloat32, comm, nullptr)
+                                    : weftAlltoAll(send.data(), recv.data(), 16, weftFloat32, comm, nullptr);
+    RANK_CHECK(ctx, rc != weftSuccess, "mismatched collectives succeeded");
+    RANK_CHECK(ctx, rc == weftTimeout || contains(weftGetLastError(comm), "mismatched calls"), "error: %s",
+               weftGetLastError(comm));
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
+
+TEST_CASE("ranks that disagree: Avg on one rank and Sum on the other is an error, on the executor too", "[mismatch]") {
+  // Half Avg divides the inputs first and then sums: the call must still be told from a Sum.
+  // 50000 elements: past the arena, through the executor's schedule.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 3000);
+    if (comm == nullptr) return 1;
+    std::vector<uint16_t> data(50000, 0x3c00);  // 1.0
+    weftResult_t rc = weftAllReduce(data.data(), data.data(), data.size(), weftFloat16,
+                                    ctx.rank == 0 ? weftAvg : weftSum, comm, nullptr);
+    RANK_CHECK(ctx, rc != weftSuccess, "Avg against Sum succeeded");
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
