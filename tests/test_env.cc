@@ -24,7 +24,7 @@ TEST_CASE("env: byte sizes take digits and one K/M/G suffix, nothing else", "[un
 }
 
 TEST_CASE("env: integers outside their range or malformed are errors naming the variable", "[unit]") {
-  for (const char* bad : {"abc", "5x", "-1", "2147483648", ""}) {
+  for (const char* bad : {"abc", "5x", "-1", "2147483648", "", " 5", "+5", "5 "}) {
     CAPTURE(bad);
     setenv("WEFT_TEST_INT", bad, 1);
     auto value = weft::envInt("WEFT_TEST_INT", 0, 2147483647);
@@ -37,6 +37,8 @@ TEST_CASE("env: integers outside their range or malformed are errors naming the 
   }
   setenv("WEFT_TEST_INT", "42", 1);
   CHECK(weft::envInt("WEFT_TEST_INT", 0, 100).value() == 42);
+  setenv("WEFT_TEST_INT", "-7", 1);
+  CHECK(weft::envInt("WEFT_TEST_INT", -10, 100).value() == -7);
   unsetenv("WEFT_TEST_INT");
   CHECK_FALSE(weft::envInt("WEFT_TEST_INT", 0, 100).value().has_value());
 }

@@ -1,6 +1,7 @@
 #include "util/env.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 
 namespace weft {
@@ -14,10 +15,11 @@ std::optional<std::string> envString(const char* name) {
 Result<std::optional<int64_t>> envInt(const char* name, int64_t min, int64_t max) {
   auto text = envString(name);
   if (!text) return std::optional<int64_t>();
-  errno = 0;
-  char* end = nullptr;
-  long long value = std::strtoll(text->c_str(), &end, 10);
-  if (errno != 0 || end == text->c_str() || *end != '\0' || value < min || value > max) {
+  // from_chars, unlike strtoll, takes no leading space or plus sign, as parseByteSize does not.
+  int64_t value = 0;
+  const char* last = text->data() + text->size();
+  const auto [stop, error] = std::from_chars(text->data(), last, value);
+  if (error != std::errc() || stop != last || value < min || value > max) {
     return Status(weftInvalidArgument,
                   formatString("environment variable %s=\"%s\" is not an integer in [%lld, %lld]",
                                name, text->c_str(), static_cast<long long>(min),
