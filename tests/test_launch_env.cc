@@ -37,6 +37,18 @@ int freePort() {
   return ntohs(addr.sin_port);
 }
 
+// Whether this machine has IPv6 loopback (containers often have none).
+bool hasIpv6Loopback() {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_loopback;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
 // Runs nranks processes, each with the environment envFor(rank), through init + all-reduce.
 void runWithEnvironment(int nranks, const std::function<Env(int)>& envFor) {
   LaunchOptions options;
@@ -75,6 +87,18 @@ TEST_CASE("launch: torchrun's environment", "[launch][multiprocess]") {
     return Env{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},      {"RANK", std::to_string(rank)},
                {"WORLD_SIZE", "3"},          {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "3"},
                {"WEFT_SECRET", std::string(64, 'a')}};
+  });
+}
+
+TEST_CASE("launch: torchrun's environment with an IPv6 MASTER_ADDR, unbracketed as torchrun takes it",
+          "[launch][multiprocess]") {
+  if (!hasIpv6Loopback()) {
+    WARN("no IPv6 loopback on this machine: not tested");
+    return;
+  }
+  std::string port = std::to_string(freePort());
+  runWithEnvironment(2, [&](int rank) {
+    return Env{{"MASTER_ADDR", "::1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}};
   });
 }
 

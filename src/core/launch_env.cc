@@ -143,7 +143,9 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
 
   std::optional<std::string> rootText = envString("WEFT_COMM_ID");
   if (!rootText && envString("MASTER_ADDR") && envString("MASTER_PORT")) {
-    rootText = *envString("MASTER_ADDR") + ":" + *envString("MASTER_PORT");
+    std::string host = *envString("MASTER_ADDR");
+    if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";  // IPv6, as torchrun takes it
+    rootText = host + ":" + *envString("MASTER_PORT");
   }
   if (rootText) {
     auto root = transport::SocketAddress::parse(*rootText);
