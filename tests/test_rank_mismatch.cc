@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "multiprocess.h"
@@ -16,19 +17,45 @@ using namespace weft::test;
 
 TEST_CASE("ranks that disagree: ranks with different tuning settings fail init, naming them", "[mismatch]") {
   // Different chunk sizes (or forced algorithms) make the ranks' schedules for one call differ:
-  // a size mismatch at best, a hang or mixed-up data at worst. Init refuses it on every rank.
+  // a size mismatch at best, a hang or mixed-up data at worst; different stream counts leave a
+  // pair waiting for a stream that never comes. Init refuses them on every rank.
   // 512K is the socket default but not shared memory's, so setting it differs from not.
-  for (const char* chunk : {"64K", "512K"}) {
-    DYNAMIC_SECTION("WEFT_CHUNK_BYTES=" << chunk << " on one rank") {
-      expectAllPassed(runRanks(3, [chunk](RankContext& ctx) {
-        if (ctx.rank == 2) setenv("WEFT_CHUNK_BYTES", chunk, 1);
+  const std::pair<const char*, const char*> settings[] = {
+      {"WEFT_CHUNK_BYTES", "64K"}, {"WEFT_CHUNK_BYTES", "512K"}, {"WEFT_SOCKET_NSTREAMS", "4"}};
+  for (auto [name, value] : settings) {
+    DYNAMIC_SECTION(name << "=" << value << " on one rank") {
+      expectAllPassed(runRanks(3, [name, value](RankContext& ctx) {
+        if (ctx.rank == 2) setenv(name, value, 1);
         weftConfig_t config = WEFT_CONFIG_INITIALIZER;
         config.timeoutMs = 20000;
         weftComm_t comm = nullptr;
         weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
         const std::string why = weftGetLastError(nullptr);
         RANK_CHECK(ctx, rc == weftInvalidUsage, "init with different settings returned %s", weftGetErrorString(rc));
-        RANK_CHECK(ctx, why.find("WEFT_CHUNK_BYTES") != std::string::npos, "the error does not say what: %s", why.c_str());
+        RANK_CHECK(ctx, why.find(name) != std::string::npos, "the error does not say what: %s", why.c_str());
+        RANK_CHECK(ctx, comm == nullptr, "a communicator was made");
+        return 0;
+      }));
+    }
+  }
+}
+
+TEST_CASE("ranks that disagree: WEFT_TRANSPORT=shm beside a rank with shared memory disabled fails init on both",
+          "[mismatch]") {
+  for (const char* disable : {"WEFT_TRANSPORT=socket", "WEFT_SHM_DISABLE=1"}) {
+    DYNAMIC_SECTION(disable << " on rank 1") {
+      expectAllPassed(runRanks(2, [disable](RankContext& ctx) {
+        if (ctx.rank == 0) setenv("WEFT_TRANSPORT", "shm", 1);
+        if (ctx.rank == 1) putenv(const_cast<char*>(disable));
+        weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+        config.timeoutMs = 20000;
+        weftComm_t comm = nullptr;
+        weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
+        const char* why = weftGetLastError(nullptr);
+        RANK_CHECK(ctx, rc == weftInvalidUsage, "init returned %s", weftGetErrorString(rc));
+        RANK_CHECK(ctx, contains(why, "rank 0") && contains(why, "WEFT_TRANSPORT=shm") && contains(why, "rank 1") &&
+                            contains(why, "shared memory disabled"),
+                   "the error does not say who and why: %s", why);
         RANK_CHECK(ctx, comm == nullptr, "a communicator was made");
         return 0;
       }));

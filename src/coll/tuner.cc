@@ -109,12 +109,13 @@ Status parseForcedAlgorithms(const std::string& text, TuningConfig* config) {
 
 }  // namespace
 
-uint16_t settingsDigest(const TuningConfig& config) {
+uint16_t settingsDigest(const TuningConfig& config, int streamsPerPeer) {
   std::string text;
   for (const auto& forced : config.forced) text += forced ? algorithmName(*forced) : "-";
   text += formatString("|%zu%s|%d|%zu|%zu|%zu|%d", config.pipeline.chunkBytes, config.chunkBytesSet ? "" : "?",
                        config.pipeline.slots, config.recursiveDoublingMaxBytes, config.oneShotMaxBytes,
                        config.treeMaxBytes, config.measureLinks ? 1 : 0);
+  text += formatString("|%d", streamsPerPeer);
   uint32_t h = 2166136261u;  // FNV-1a, folded to 16 bits
   for (unsigned char c : text) h = (h ^ c) * 16777619u;
   return static_cast<uint16_t>(h ^ (h >> 16));

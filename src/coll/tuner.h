@@ -40,10 +40,11 @@ Result<TuningConfig> loadTuningConfig();
 // and weft-topo --predict both take it from here, so their predictions agree.
 void chooseChunkBytes(TuningConfig* config, bool anySocket);
 
-// A digest of `config`: ranks whose settings differ would choose different algorithms or chunk
-// sizes for one call, so init compares every rank's (WEFT_ALGO, WEFT_TUNE, WEFT_CHUNK_BYTES and
-// the WEFT_*_MAX_BYTES caps).
-uint16_t settingsDigest(const TuningConfig& config);
+// A digest of the settings every rank must share, so init compares every rank's: ranks whose
+// `config` differs (WEFT_ALGO, WEFT_TUNE, WEFT_CHUNK_BYTES and the WEFT_*_MAX_BYTES caps) would
+// choose different algorithms or chunk sizes for one call, and a pair whose `streamsPerPeer`
+// differs (WEFT_SOCKET_NSTREAMS) would wait for a stream that never comes.
+uint16_t settingsDigest(const TuningConfig& config, int streamsPerPeer);
 
 // `bytes` is the shape's: the whole buffer, or one rank's block for the blocked collectives.
 Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,

@@ -60,7 +60,8 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   hello.placement = {static_cast<int16_t>(placement.numaNode), static_cast<int16_t>(placement.gpu),
                      static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount),
                      static_cast<int16_t>(std::min(placement.cpus, int{INT16_MAX})),
-                     placement.sharedMemory ? int16_t{0} : kPlacementNoSharedMemory,
+                     static_cast<int16_t>((placement.sharedMemory ? 0 : kPlacementNoSharedMemory) |
+                                          (placement.sharedMemoryOnly ? kPlacementSharedMemoryOnly : 0)),
                      static_cast<uint32_t>(std::min<size_t>(placement.cacheBytes >> 10, UINT32_MAX))};
 
   const std::string where = "bootstrap root " + id.root.toString();

@@ -60,6 +60,7 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     peers[r].placement.nicCount = w.nicCount > 0 ? w.nicCount : 0;
     peers[r].placement.cpus = w.cpus > 0 ? w.cpus : 0;
     peers[r].placement.sharedMemory = (w.flags & kPlacementNoSharedMemory) == 0;
+    peers[r].placement.sharedMemoryOnly = (w.flags & kPlacementSharedMemoryOnly) != 0;
     peers[r].placement.cacheBytes = static_cast<size_t>(w.cacheKiB) << 10;
   }
   return peers;

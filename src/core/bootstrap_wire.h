@@ -28,10 +28,11 @@ struct WirePlacement {
   int16_t preferredNic;
   int16_t nicCount;
   int16_t cpus;  // CPUs its host lets it use; 0 unknown
-  int16_t flags;  // kPlacementNoSharedMemory
+  int16_t flags;  // kPlacementNoSharedMemory, kPlacementSharedMemoryOnly
   uint32_t cacheKiB;  // its host's last-level cache; 0 unknown
 };
 constexpr int16_t kPlacementNoSharedMemory = 1;  // the rank keeps all its pairs on sockets
+constexpr int16_t kPlacementSharedMemoryOnly = 2;  // the rank's pairs must all use shared memory
 
 // A rank introduces itself to the root.
 struct RankHello {

@@ -118,6 +118,25 @@ std::vector<plan::RankPlacement> placementsOf(const std::vector<PeerInfo>& peers
   return out;
 }
 
+// A rank with WEFT_TRANSPORT=shm cannot talk to a rank on another host, or to one on its own
+// host with shared memory disabled. Every rank finds the same first such pair, so all of them
+// fail init alike, instead of the pair failing apart at its first call.
+Status checkSharedMemoryOnly(const std::vector<PeerInfo>& peers, const std::vector<plan::RankPlacement>& placements) {
+  for (size_t a = 0; a < placements.size(); ++a) {
+    if (!placements[a].sharedMemoryOnly) continue;
+    for (size_t b = 0; b < placements.size(); ++b) {
+      if (b == a) continue;
+      const char* why = placements[b].host != placements[a].host ? "is on another host"
+                        : !placements[b].sharedMemory ? "has shared memory disabled (WEFT_TRANSPORT=socket or WEFT_SHM_DISABLE=1)"
+                                                      : nullptr;
+      if (why == nullptr) continue;
+      return Status(weftInvalidUsage, formatString("rank %zu (%s) has WEFT_TRANSPORT=shm, but rank %zu (%s) %s", a,
+                                                   peers[a].hostName.c_str(), b, peers[b].hostName.c_str(), why));
+    }
+  }
+  return Status::ok();
+}
+
 // The index into host.gpus of the runtime's device `device`, matched by PCI bus id; -1 for none
 // (or a device the topology does not show, with a line at WEFT_DEBUG=INFO).
 int gpuOnHost(const topo::HostTopology& host, int device) {
@@ -137,11 +156,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
                                                            const CommConfig& config,
                                                            const std::atomic<bool>* abortFlag) {
   WEFT_ASSIGN_OR_RETURN(coll::TuningConfig tuning, coll::loadTuningConfig());
-  const uint16_t settings = coll::settingsDigest(tuning);
+  const uint16_t settings = coll::settingsDigest(tuning, config.streamsPerPeer);
   WEFT_ASSIGN_OR_RETURN(auto host, topo::processTopology());
   const int numa = plan::currentNumaNode(*host);
   plan::RankPlacement mine = plan::placeRank(*host, numa, gpuOnHost(*host, config.device), localRankHint(rank));
   mine.sharedMemory = config.shm.policy != transport::ShmPolicy::Never;
+  mine.sharedMemoryOnly = config.shm.policy == transport::ShmPolicy::Required;
   WEFT_ASSIGN_OR_RETURN(Rendezvous rendezvous,
                         joinRendezvous(id, rank, nranks, config.timeoutMs, mine, *host, settings, abortFlag));
   for (int r = 0; r < nranks; ++r) {
@@ -149,11 +169,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
     if (peer.settingsDigest != settings) {
       return Status(weftInvalidUsage,
                     formatString("rank %d (%s) runs with different tuning settings than rank %d: set WEFT_ALGO, "
-                                 "WEFT_TUNE, WEFT_CHUNK_BYTES and WEFT_RD/ONESHOT/TREE_MAX_BYTES alike on every rank",
+                                 "WEFT_TUNE, WEFT_CHUNK_BYTES, WEFT_RD/ONESHOT/TREE_MAX_BYTES and "
+                                 "WEFT_SOCKET_NSTREAMS alike on every rank",
                                  r, peer.hostName.c_str(), rank));
     }
   }
   const std::vector<plan::RankPlacement> placements = placementsOf(rendezvous.peers);
+  WEFT_TRY(checkSharedMemoryOnly(rendezvous.peers, placements));
   plan::Plan plan = plan::makePlan(placements);
   if (rank == 0) WEFT_INFO("plan: %s", plan::describePlan(plan, placements).c_str());
   std::vector<std::vector<std::pair<int, int>>> channelNics;

@@ -17,6 +17,7 @@ struct RankPlacement {
   int nicCount = 0;      // NICs on its host
   int cpus = 0;          // CPUs (hwloc PUs) its host lets it use; 0 unknown
   bool sharedMemory = true;  // it may use shared memory (not WEFT_TRANSPORT=socket or WEFT_SHM_DISABLE=1)
+  bool sharedMemoryOnly = false;  // every pair of its must use shared memory (WEFT_TRANSPORT=shm)
   size_t cacheBytes = 0;     // its host's last-level cache (topo::HostTopology::cacheBytes); 0 unknown
 };
 
