@@ -1,8 +1,10 @@
 #include "util/log.h"
 
+#include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -35,19 +37,38 @@ std::string expandLogPath(const char* pattern, const char* host) {
   return out;
 }
 
+// A WARN line written while the sink is being made (logMessage would wait for it).
+void warnAtStart(const LogSink& s, const std::string& text) {
+  std::fprintf(s.file, "%s:%d:%ld WEFT WARN %s\n", s.host, getpid(), static_cast<long>(syscall(SYS_gettid)),
+               text.c_str());
+}
+
 LogSink& sink() {
   static LogSink instance = [] {
     LogSink s;
     gethostname(s.host, sizeof(s.host) - 1);
     if (char* dot = std::strchr(s.host, '.')) *dot = '\0';
     const char* level = std::getenv("WEFT_DEBUG");
-    if (level != nullptr) {
-      if (strcasecmp(level, "WARN") == 0) s.level = LogLevel::Warn;
+    bool unknownLevel = false;
+    if (level != nullptr && *level != '\0') {
+      if (strcasecmp(level, "NONE") == 0) s.level = LogLevel::None;
+      else if (strcasecmp(level, "WARN") == 0) s.level = LogLevel::Warn;
       else if (strcasecmp(level, "INFO") == 0) s.level = LogLevel::Info;
       else if (strcasecmp(level, "TRACE") == 0) s.level = LogLevel::Trace;
+      else unknownLevel = true;
     }
-    if (const char* path = std::getenv("WEFT_DEBUG_FILE"); path != nullptr && s.level != LogLevel::None) {
+    int fileError = 0;
+    const char* path = std::getenv("WEFT_DEBUG_FILE");
+    if (path != nullptr && *path != '\0' && s.level != LogLevel::None) {
       if (FILE* f = std::fopen(expandLogPath(path, s.host).c_str(), "a")) s.file = f;
+      else fileError = errno;
+    }
+    if (unknownLevel) {
+      warnAtStart(s, std::string("WEFT_DEBUG=\"") + level + "\" is not NONE, WARN, INFO or TRACE: logging at WARN");
+    }
+    if (fileError != 0) {
+      warnAtStart(s, std::string("WEFT_DEBUG_FILE=\"") + path + "\" cannot be opened (" + std::strerror(fileError) +
+                         "): logging to stderr");
     }
     return s;
   }();
