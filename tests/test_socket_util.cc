@@ -2,7 +2,12 @@
 // the wire form of addresses (including what a hostile peer could put there).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "transport/socket/interface_select.h"
 #include "transport/socket/socket_util.h"
@@ -36,6 +41,25 @@ TEST_CASE("WEFT_SOCKET_IFNAME: prefixes, exclusion and exact names, as NCCL_SOCK
 
   auto empty = InterfaceFilter::parse("");
   CHECK_FALSE(empty.matches("eth0"));
+}
+
+TEST_CASE("WEFT_SOCKET_IFNAME naming no interface is an invalid argument listing each interface once", "[socket]") {
+  setenv("WEFT_SOCKET_IFNAME", "=no-such-interface", 1);
+  auto chosen = chooseInterface();
+  unsetenv("WEFT_SOCKET_IFNAME");
+  REQUIRE_FALSE(chosen.isOk());
+  CHECK(chosen.status().code() == weftInvalidArgument);
+  const std::string text = chosen.status().message();
+  CHECK(text.find("no-such-interface") != std::string::npos);
+  // Most interfaces have an IPv4 and an IPv6 address: each is named once all the same.
+  const size_t open = text.find("(have: ");
+  REQUIRE(open != std::string::npos);
+  std::vector<std::string> names;
+  std::stringstream list(text.substr(open + 7, text.rfind(')') - open - 7));
+  for (std::string name; std::getline(list, name, ',');) names.push_back(name.substr(name.find_first_not_of(' ')));
+  CHECK_FALSE(names.empty());
+  std::sort(names.begin(), names.end());
+  CHECK(std::adjacent_find(names.begin(), names.end()) == names.end());
 }
 
 TEST_CASE("socket addresses parse, print and cross the wire", "[socket]") {

@@ -4,6 +4,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "util/env.h"
@@ -68,10 +69,14 @@ Result<NetworkInterface> chooseInterface() {
         if (itf.address.family() == family && filter.matches(itf.name)) return itf;
       }
     }
-    std::string names;
-    for (const auto& itf : interfaces) names += (names.empty() ? "" : ", ") + itf.name;
-    return Status(weftSystemError, "WEFT_SOCKET_IFNAME=\"" + *spec + "\" matches no interface that is up (have: " +
-                                       names + ")");
+    std::vector<std::string> names;  // once each, though most have an IPv4 and an IPv6 address
+    for (const auto& itf : interfaces) {
+      if (std::find(names.begin(), names.end(), itf.name) == names.end()) names.push_back(itf.name);
+    }
+    std::string have;
+    for (const auto& name : names) have += (have.empty() ? "" : ", ") + name;
+    return Status(weftInvalidArgument, "WEFT_SOCKET_IFNAME=\"" + *spec + "\" matches no interface that is up (have: " +
+                                           have + ")");
   }
   InterfaceFilter secondary = InterfaceFilter::parse("docker,virbr,veth,br-,lo");
   for (int family : {AF_INET, AF_INET6}) {
