@@ -41,7 +41,11 @@ Status setUp(CommState& state) {
   auto ipc = std::make_shared<DeviceIpc>();
   state.ipc = ipc;  // unusable until the end: a failure is not tried again
   SetUpRecord mine;
-  bool able = envString("WEFT_CUDA_IPC").value_or("1") != "0";
+  // A bad value turns IPC off here, and so everywhere: this rank must still take part in the
+  // set-up collectives below, which its peers run.
+  auto wanted = envInt("WEFT_CUDA_IPC", 0, 1);
+  if (!wanted.isOk()) WEFT_WARN("CUDA IPC off: %s", wanted.status().message().c_str());
+  bool able = wanted.isOk() && wanted.value().value_or(1) == 1;
   if (able) {
     if (Status made = checkRuntime(gpuEventCreateWithFlags(&ipc->done, gpuEventDisableTiming), "creating an event");
         !made.isOk()) {
@@ -49,8 +53,6 @@ Status setUp(CommState& state) {
       able = false;
     }
   }
-  // A bad value turns IPC off here, and so everywhere: this rank must still take part in the
-  // set-up collectives below, which its peers run.
   auto bytes = envInt("WEFT_CUDA_IPC_BUFFER_BYTES", 1 << 20, int64_t{1} << 40);
   if (!bytes.isOk()) {
     WEFT_WARN("CUDA IPC off: %s", bytes.status().message().c_str());
@@ -70,7 +72,11 @@ Status setUp(CommState& state) {
   }
   mine.ok = able ? 1 : 0;
   // Device barriers need stream memory operations, the signals and a stream to release them.
-  if (able && envString("WEFT_CUDA_IPC_SYNC").value_or("device") != "host" && gpu::streamMemoryOpsAvailable()) {
+  const std::string sync = envString("WEFT_CUDA_IPC_SYNC").value_or("device");
+  if (sync != "device" && sync != "host") {
+    WEFT_WARN("WEFT_CUDA_IPC_SYNC=\"%s\" is not device or host: barriers on the device where they can be", sync.c_str());
+  }
+  if (able && sync != "host" && gpu::streamMemoryOpsAvailable()) {
     auto made = IpcBuffers::allocate(static_cast<size_t>(state.nranks) * kSignalStride);
     if (made.isOk() && gpuStreamCreateWithFlags(&ipc->rescue, gpuStreamNonBlocking) == gpuSuccess &&
         gpuHostAlloc(reinterpret_cast<void**>(&ipc->markRead), sizeof *ipc->markRead, 0) == gpuSuccess) {
