@@ -28,7 +28,8 @@ extern "C" {
 #define WEFT_API
 #endif
 
-/* Result codes: the same values as ncclResult_t. */
+/* Result codes: the same values as ncclResult_t, 0 to 7. weftTimeout is Weft's own (NCCL has
+ * no such code): a blocking wait passed its deadline (weftConfig_t.timeoutMs, WEFT_TIMEOUT_MS). */
 typedef enum {
   weftSuccess = 0,
   weftUnhandledCudaError = 1,
@@ -67,7 +68,12 @@ typedef enum {
 /* Reduction operators: the same values as ncclRedOp_t. Avg divides the sum by the number of
  * ranks (truncating for integer types, as NCCL does). For half, bfloat16 and fp8 on host
  * buffers each input is divided first, as NCCL does, so that the sum cannot saturate or overflow
- * where the average fits; on device buffers the kernels sum in float and divide once. */
+ * where the average fits; on device buffers the kernels sum in float and divide once. Float and
+ * double sum first and divide once, rounding once, where NCCL scales each input by 1/nranks:
+ * the last bit can differ from NCCL's, and a sum beyond the type's range is inf where NCCL's
+ * average is finite.
+ * Max and Min on floating types propagate NaN (a NaN in any input gives NaN, as torch.max
+ * does); NCCL's use fmax/fmin and return the other operand. */
 typedef enum {
   weftSum = 0,
   weftProd = 1,
