@@ -199,16 +199,18 @@ Result<HostTopology> discoverTopology() {
 }
 
 Result<std::shared_ptr<const HostTopology>> processTopology() {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const HostTopology>> cache;
+  // Never destroyed: an init still running in another thread (a non-blocking one, say) may
+  // reach them while the process exits and runs the destructors of statics.
+  static auto* mutex = new std::mutex;
+  static auto* cache = new std::map<std::string, std::shared_ptr<const HostTopology>>;
   const std::string key = envString("WEFT_TOPO_FILE").value_or("");
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
   WEFT_ASSIGN_OR_RETURN(HostTopology topology, discoverTopology());
   WEFT_INFO("%s", describeTopology(topology).c_str());
   auto shared = std::make_shared<const HostTopology>(std::move(topology));
-  cache.emplace(key, shared);
+  cache->emplace(key, shared);
   return shared;
 }
 

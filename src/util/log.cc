@@ -95,8 +95,8 @@ void logMessage(LogLevel level, const char* fmt, ...) {
   va_start(args, fmt);
   std::vsnprintf(text, sizeof(text), fmt, args);
   va_end(args);
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
+  static auto* mutex = new std::mutex;  // never destroyed: threads may log while the process exits
+  std::lock_guard<std::mutex> lock(*mutex);
   std::fprintf(s.file, "%s:%d:%ld WEFT %s %s\n", s.host, getpid(),
                static_cast<long>(syscall(SYS_gettid)), levelName(level), text);
   std::fflush(s.file);
