@@ -49,31 +49,37 @@ bool hasIpv6Loopback() {
   return ok;
 }
 
-// Runs nranks processes, each with the environment envFor(rank), through init + all-reduce.
-void runWithEnvironment(int nranks, const std::function<Env(int)>& envFor) {
+// Runs nranks processes, each with the environment envFor(rank), through init + all-reduce +
+// destroy, `rounds` times in a row (as a program that makes its world communicator again).
+void runWithEnvironment(int nranks, const std::function<Env(int)>& envFor, int rounds = 1) {
   LaunchOptions options;
   options.makeId = false;
-  auto outcomes = runRanks(
+  expectAllPassed(runRanks(
       nranks,
       [&](RankContext& ctx) {
         for (const auto& [key, value] : envFor(ctx.rank)) setenv(key.c_str(), value.c_str(), 1);
         if (auto delay = std::getenv("TEST_START_AFTER_MS")) usleep(static_cast<useconds_t>(std::atoi(delay)) * 1000);
-        weftComm_t comm = nullptr;
-        RANK_WEFT(ctx, weftCommInitFromEnv(&comm));
-        if (comm == nullptr) return 1;
-        int rank = -1, count = 0;
-        RANK_WEFT(ctx, weftCommUserRank(comm, &rank));
-        RANK_WEFT(ctx, weftCommCount(comm, &count));
-        RANK_CHECK(ctx, rank == ctx.rank && count == ctx.nranks, "rank %d of %d", rank, count);
-        int32_t v = ctx.rank;
-        RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
-        RANK_CHECK(ctx, v == ctx.nranks * (ctx.nranks - 1) / 2, "sum %d", v);
-        RANK_WEFT(ctx, weftCommDestroy(comm));
+        for (int round = 0; round < rounds; ++round) {
+          weftComm_t comm = nullptr;
+          RANK_WEFT(ctx, weftCommInitFromEnv(&comm));
+          if (comm == nullptr) return 1;  // the rounds are out of step from here on
+          int rank = -1, count = 0;
+          RANK_WEFT(ctx, weftCommUserRank(comm, &rank));
+          RANK_WEFT(ctx, weftCommCount(comm, &count));
+          RANK_CHECK(ctx, rank == ctx.rank && count == ctx.nranks, "rank %d of %d", rank, count);
+          // Only the last round all-reduces: in the others a rank is done as soon as its init
+          // is answered, and comes back while the root may still be answering the others. A
+          // rank in another round would change the sum.
+          if (round == rounds - 1) {
+            int32_t v = ctx.rank + 1000 * round;
+            RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
+            RANK_CHECK(ctx, v == ctx.nranks * (ctx.nranks - 1) / 2 + 1000 * round * ctx.nranks, "sum %d", v);
+          }
+          RANK_WEFT(ctx, weftCommDestroy(comm));
+        }
         return 0;
       },
-      options);
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+      options));
 }
 
 // A fresh job id so that runs never meet each other's rendezvous files.
@@ -100,6 +106,29 @@ TEST_CASE("launch: torchrun's environment with an IPv6 MASTER_ADDR, unbracketed 
   runWithEnvironment(2, [&](int rank) {
     return Env{{"MASTER_ADDR", "::1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}};
   });
+}
+
+TEST_CASE("launch: one environment initializes again and again in the same processes", "[launch][multiprocess]") {
+  // A rank answered first re-initialized while the last root still listened on the port (or
+  // its id file still lay there): it joined the old rendezvous, and the rounds fell out of step.
+  SECTION("torchrun's, one port for every round") {
+    std::string port = std::to_string(freePort());
+    runWithEnvironment(
+        2, [&](int rank) {
+          return Env{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"RANK", std::to_string(rank)},
+                     {"WORLD_SIZE", "2"}, {"WEFT_TIMEOUT_MS", "5000"}};
+        },
+        12);
+  }
+  SECTION("Slurm's on one host, one id file for every round") {
+    std::string job = jobId();
+    runWithEnvironment(
+        2, [&](int rank) {
+          return Env{{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                     {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}, {"WEFT_TIMEOUT_MS", "5000"}};
+        },
+        12);
+  }
 }
 
 TEST_CASE("launch: WEFT_COMM_ID names the root", "[launch][multiprocess]") {

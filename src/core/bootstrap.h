@@ -32,9 +32,11 @@ struct Rendezvous {
 
 // Starts a root on `bindAddress` (port 0 picks one) in a background thread that serves one
 // rendezvous and then exits, or gives up: after `lifetimeMs` if no rank comes, else 90% of the
-// first rank's timeout after its hello, without a full set of ranks.
-Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret,
-                          int lifetimeMs, transport::SocketAddress* bound);
+// first rank's timeout after its hello, without a full set of ranks. Once every rank has joined
+// it stops listening and removes `idFile` (if not empty), before it answers any rank: a rank
+// that re-initializes at once then meets the next root, never this one or its id.
+Status startBootstrapRoot(const transport::SocketAddress& bindAddress, const Secret& secret, int lifetimeMs,
+                          transport::SocketAddress* bound, std::string idFile = {});
 
 // Joins the rendezvous of `id` as `rank` of `nranks`, telling the others where it sits, where it
 // listens (on each of `host`'s NICs too) and a digest of the settings all ranks must share.

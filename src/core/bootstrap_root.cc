@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "core/bootstrap.h"
@@ -32,8 +33,9 @@ struct PendingConnection {
 
 class RootServer {
  public:
-  RootServer(UniqueFd listenFd, const Secret& secret, int lifetimeMs)
-      : listenFd_(std::move(listenFd)), secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)) {}
+  RootServer(UniqueFd listenFd, const Secret& secret, int lifetimeMs, std::string idFile)
+      : listenFd_(std::move(listenFd)), secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)),
+        idFile_(std::move(idFile)) {}
 
   void serve() {
     while (joinedCount_ < nranks_ || nranks_ == 0) {
@@ -45,6 +47,11 @@ class RootServer {
       if (fds[0].revents & POLLIN) acceptNew();
       if (!readHellos()) return;
     }
+    // Every rank is in. A rank answered first may re-initialize before the last is answered:
+    // it must find neither this root's port nor its id file.
+    listenFd_.reset();
+    pending_.clear();
+    if (!idFile_.empty()) ::unlink(idFile_.c_str());
     replyAll();
   }
 
@@ -203,16 +210,17 @@ class RootServer {
   std::vector<PendingConnection> pending_;
   std::vector<UniqueFd> joined_;
   std::vector<PeerRecord> records_;
+  std::string idFile_;
 };
 
 }  // namespace
 
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret& secret, int lifetimeMs,
-                          SocketAddress* bound) {
+                          SocketAddress* bound, std::string idFile) {
   WEFT_ASSIGN_OR_RETURN(UniqueFd listenFd, transport::listenOn(bindAddress, bound));
   WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
   try {
-    std::thread([server = std::make_shared<RootServer>(std::move(listenFd), secret, lifetimeMs)] {
+    std::thread([server = std::make_shared<RootServer>(std::move(listenFd), secret, lifetimeMs, std::move(idFile))] {
       server->serve();
     }).detach();
   } catch (const std::system_error& e) {

@@ -180,7 +180,7 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   if (info.rank == 0) {
     WEFT_ASSIGN_OR_RETURN(auto loopback, transport::SocketAddress::parse("127.0.0.1:0"));
     WEFT_ASSIGN_OR_RETURN(info.id.secret, newSecret());
-    WEFT_TRY(startBootstrapRoot(loopback, info.id.secret, timeoutMs, &info.id.root));
+    WEFT_TRY(startBootstrapRoot(loopback, info.id.secret, timeoutMs, &info.id.root, path));
     WEFT_TRY(publishLocalId(path, info.id));
     info.hostsRoot = true;
     info.idFileToRemove = path;
