@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -179,6 +180,44 @@ TEST_CASE("launch: a rendezvous file left by a dead rank 0 is passed over", "[la
   unlink(path.c_str());
 }
 
+TEST_CASE("launch: a live job's rendezvous file is not taken over by another job of the same name",
+          "[launch][multiprocess]") {
+  // Two jobs given one name: the second's rank 0 used to replace the first's id file, and
+  // ranks of both jobs joined one communicator, exchanging each other's data as success.
+  std::string job = jobId();
+  const std::string path = weft::core::localRendezvousPath("slurm-" + job + ".0");
+  pid_t other = fork();
+  if (other == 0) {  // the first job's rank 0: publishes, then lives on
+    weft::core::UniqueIdContents id;
+    id.root = weft::transport::SocketAddress::parse("127.0.0.1:" + std::to_string(freePort())).value();
+    id.secret = weft::core::newSecret().value();
+    if (!weft::core::publishLocalId(path, id).isOk()) _exit(1);
+    pause();
+    _exit(0);
+  }
+  for (int i = 0; i < 2000 && access(path.c_str(), F_OK) != 0; ++i) usleep(1000);
+  LaunchOptions options;
+  options.makeId = false;
+  auto outcomes = runRanks(
+      1,
+      [&](RankContext& ctx) {
+        for (const auto& [key, value] : Env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                                            {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}, {"WEFT_TIMEOUT_MS", "5000"}}) {
+          setenv(key.c_str(), value.c_str(), 1);
+        }
+        weftComm_t comm = nullptr;
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "init beside a live job of the same name");
+        RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "another job with the same name"), "%s",
+                   weftGetLastError(nullptr));
+        return 0;
+      },
+      options);
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  unlink(path.c_str());
+  expectAllPassed(outcomes);
+}
+
 TEST_CASE("launch: a FIFO at the rendezvous path is an error, not a hang", "[launch][multiprocess]") {
   // Someone made a FIFO where rank 0 will publish its id; opening it for reading would wait for
   // a writer forever, before any deadline is looked at.
@@ -232,6 +271,12 @@ TEST_CASE("launch: a missing or inconsistent environment is a clear error", "[la
         setenv("LOCAL_WORLD_SIZE", "2", 1);  // two hosts, but nobody named the root
         RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "several hosts, no root");
         RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "WEFT_COMM_ID") != nullptr, "%s",
+                   weftGetLastError(nullptr));
+        // One host, but nothing names the job: every such job would meet at one rendezvous file.
+        setenv("LOCAL_WORLD_SIZE", "4", 1);
+        unsetenv("TORCHELASTIC_RUN_ID");
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "a job with no name");
+        RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "nothing in the environment names this job"), "%s",
                    weftGetLastError(nullptr));
         // Port 0 would have rank 0 bind a port nobody else knows, and every rank wait out its
         // deadline; a sign is no port at all.

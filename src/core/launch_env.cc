@@ -24,7 +24,21 @@ struct LauncherVars {
   const char* size;
   const char* localSize;  // for the one-host rendezvous check
   std::string jobKey;     // unique per launch, for the one-host rendezvous and the fallback secret
+  std::string jobNamedBy;  // the variables that make jobKey unique, those set; "" for none
 };
+
+// `prefix` and the values of the launcher's job-naming variables, joined by `separator`;
+// `namedBy` lists those that are set.
+std::string jobKeyOf(const char* prefix, std::initializer_list<const char*> names, const char* separator,
+                     std::string* namedBy) {
+  std::string key = prefix;
+  for (const char* name : names) {
+    const std::string value = envString(name).value_or("");
+    key += (name == *names.begin() ? "" : separator) + value;
+    if (!value.empty()) *namedBy += (namedBy->empty() ? "" : ", ") + std::string(name);
+  }
+  return key;
+}
 
 Result<int> requiredInt(const char* name, int min, int max) {
   WEFT_ASSIGN_OR_RETURN(auto value, envInt(name, min, max));
@@ -32,20 +46,20 @@ Result<int> requiredInt(const char* name, int min, int max) {
   return static_cast<int>(*value);
 }
 
-std::string envOr(const char* name, const char* fallback) { return envString(name).value_or(fallback); }
-
 Result<LauncherVars> detectLauncher() {
+  std::string named;
   if (envString("OMPI_COMM_WORLD_RANK")) {
-    return LauncherVars{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                        "ompi-" + envOr("OMPI_MCA_ess_base_jobid", "") + "-" + envOr("OMPI_MCA_orte_hnp_uri", "")};
+    std::string key = jobKeyOf("ompi-", {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri"}, "-", &named);
+    return LauncherVars{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", key, named};
   }
   if (envString("RANK") && envString("WORLD_SIZE")) {
+    std::string key = jobKeyOf("torch-", {"TORCHELASTIC_RUN_ID", "MASTER_PORT"}, "-", &named);
     return LauncherVars{envString("WEFT_LAUNCHER") ? "weftrun" : "torchrun", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                        "torch-" + envOr("TORCHELASTIC_RUN_ID", "") + "-" + envOr("MASTER_PORT", "")};
+                        key, named};
   }
   if (envString("SLURM_PROCID")) {
-    return LauncherVars{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
-                        "slurm-" + envOr("SLURM_JOB_ID", "") + "." + envOr("SLURM_STEP_ID", "")};
+    std::string key = jobKeyOf("slurm-", {"SLURM_JOB_ID", "SLURM_STEP_ID"}, ".", &named);
+    return LauncherVars{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", key, named};
   }
   return Status(weftInvalidUsage,
                 "no launcher environment found: set RANK and WORLD_SIZE (torchrun style, with MASTER_ADDR/MASTER_PORT "
@@ -85,6 +99,17 @@ struct LocalIdFile {
 };
 
 bool processAlive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+// The pid of the rank 0 that wrote the id file at `path`; 0 when it cannot be read.
+pid_t idFileOwner(const std::string& path) {
+  const int saved = errno;
+  LocalIdFile file{};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  const bool ok = fd >= 0 && ::read(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
+  if (fd >= 0) ::close(fd);
+  errno = saved;
+  return ok ? file.pid : 0;
+}
 
 Result<UniqueIdContents> readLocalId(const std::string& path, int timeoutMs) {
   Deadline deadline = Deadline::afterMs(timeoutMs);
@@ -127,10 +152,22 @@ Status publishLocalId(const std::string& path, const UniqueIdContents& id) {
   if (fd < 0) return Status(weftSystemError, "cannot create " + temp + ": " + errnoString(errno));
   bool ok = ::write(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
   ::close(fd);
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    ::unlink(temp.c_str());
-    return Status(weftSystemError, "cannot write " + path + ": " + errnoString(errno));
+  // link() publishes only where no file is; one that is there is replaced only when it is left
+  // from an earlier run (its rank 0 gone, or this process), never under another live job.
+  if (ok && ::link(temp.c_str(), path.c_str()) != 0) {
+    const pid_t holder = idFileOwner(path);
+    if (errno == EEXIST && holder > 0 && holder != ::getpid() && processAlive(holder)) {
+      ::unlink(temp.c_str());
+      return Status(weftInvalidUsage,
+                    formatString("%s is held by the rank 0 (pid %d) of another job with the same name: give each "
+                                 "job its own name (MASTER_PORT, WEFT_COMM_ID, the launcher's job id)",
+                                 path.c_str(), static_cast<int>(holder)));
+    }
+    ok = ::rename(temp.c_str(), path.c_str()) == 0;
   }
+  const int error = errno;
+  ::unlink(temp.c_str());  // after link() the path keeps the file; after rename() there is no temp
+  if (!ok) return Status(weftSystemError, "cannot write " + path + ": " + errnoString(error));
   return Status::ok();
 }
 
@@ -176,12 +213,20 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
                                                  "WEFT_COMM_ID=host:port (or MASTER_ADDR and MASTER_PORT)",
                                                  info.nranks));
   }
-  std::string path = localRendezvousPath(vars.jobKey);
+  const bool alone = info.nranks == 1;  // no other rank needs to find the root
+  if (!alone && vars.jobNamedBy.empty()) {  // every such job would meet at one file, and join each other's ranks
+    return Status(weftInvalidUsage,
+                  std::string("nothing in the environment names this job (") + vars.launcher +
+                      "), so its ranks cannot be told from another job's on this host: set MASTER_ADDR and "
+                      "MASTER_PORT or WEFT_COMM_ID=host:port (weftrun sets them), or run under a launcher that "
+                      "names its jobs (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's job id)");
+  }
+  const std::string path = alone ? std::string() : localRendezvousPath(vars.jobKey);
   if (info.rank == 0) {
     WEFT_ASSIGN_OR_RETURN(auto loopback, transport::SocketAddress::parse("127.0.0.1:0"));
     WEFT_ASSIGN_OR_RETURN(info.id.secret, newSecret());
     WEFT_TRY(startBootstrapRoot(loopback, info.id.secret, timeoutMs, &info.id.root, path));
-    WEFT_TRY(publishLocalId(path, info.id));
+    if (!alone) WEFT_TRY(publishLocalId(path, info.id));
     info.hostsRoot = true;
     info.idFileToRemove = path;
   } else {
