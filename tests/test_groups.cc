@@ -217,6 +217,52 @@ TEST_CASE("groups: a group of 70000 sends and receives keeps every operation's o
   }));
 }
 
+TEST_CASE("groups: calls that write each other's memory are refused whole; calls that only read it share it",
+          "[groups][multiprocess]") {
+  // A ring shift in place (send the buffer on, receive into it) raced: the receive overwrote
+  // what the send had not sent yet, and the group returned success with wrong data.
+  expectAllPassed(runRanks(3, [](RankContext& ctx) {
+    weftComm_t comm = initComm(ctx);
+    if (comm == nullptr) return 1;
+    const int next = (ctx.rank + 1) % ctx.nranks, prev = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
+    constexpr size_t kCount = size_t{1} << 20;
+    std::vector<int32_t> buf(2 * kCount, ctx.rank), other(kCount, -1);
+    const std::vector<int32_t> before = buf;
+    struct Case {
+      const char* what;
+      int32_t* send;
+      int32_t* recv;
+    } refused[] = {{"in place", buf.data(), buf.data()},
+                   {"overlapping by one element", buf.data() + kCount - 1, buf.data()},
+                   {"overlapping at the end", buf.data(), buf.data() + kCount - 1}};
+    for (const Case& c : refused) {
+      RANK_WEFT(ctx, weftGroupStart());
+      RANK_WEFT(ctx, weftSend(c.send, kCount, weftInt32, next, comm, nullptr));
+      RANK_WEFT(ctx, weftRecv(c.recv, kCount, weftInt32, prev, comm, nullptr));
+      const weftResult_t rc = weftGroupEnd();
+      RANK_CHECK(ctx, rc == weftInvalidArgument && contains(weftGetLastError(comm), "share memory"), "%s: %d: %s",
+                 c.what, rc, weftGetLastError(comm));
+      RANK_CHECK(ctx, buf == before, "%s: the buffer changed", c.what);
+    }
+    // Two receives into one buffer race too.
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftRecv(other.data(), kCount, weftInt32, prev, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(other.data(), kCount, weftInt32, next, comm, nullptr));
+    RANK_CHECK(ctx, weftGroupEnd() == weftInvalidArgument, "two receives into one buffer");
+    // One buffer sent to both neighbours is only read: allowed, and the communicator is usable.
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftSend(buf.data(), kCount, weftInt32, next, comm, nullptr));
+    RANK_WEFT(ctx, weftSend(buf.data(), kCount, weftInt32, prev, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(other.data(), kCount, weftInt32, prev, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(buf.data() + kCount, kCount, weftInt32, next, comm, nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_CHECK(ctx, other[0] == prev && other[kCount - 1] == prev && buf[kCount] == next && buf[2 * kCount - 1] == next,
+               "received %d and %d", other[0], buf[kCount]);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
 TEST_CASE("PreMulSum: every reducing collective, host-immediate and pointer scalars", "[groups][multiprocess]") {
   expectAllPassed(runRanks(3, [](RankContext& ctx) {
     weftComm_t comm = initComm(ctx);

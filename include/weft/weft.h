@@ -260,7 +260,9 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t stream);
 /* Groups: calls between weftGroupStart and weftGroupEnd are checked when made and issued
  * together at weftGroupEnd, one merged operation per communicator, so paired sends and
  * receives inside a group never deadlock whatever their order. Groups nest; the outermost
- * weftGroupEnd issues. All calls of a group on one communicator must use the same stream.
+ * weftGroupEnd issues. All calls of a group on one communicator must use the same stream,
+ * and no call may write memory another call of the group reads or writes (they run side by
+ * side; NCCL leaves it undefined): weftGroupEnd refuses such a group with weftInvalidArgument.
  * A call that fails inside a group fails the group: weftGroupEnd returns its error and issues
  * nothing. Inits inside a group run side by side: weftGroupEnd waits for blocking ones, and
  * returns weftInProgress while a non-blocking one still runs (poll weftCommGetAsyncError). */

@@ -1,6 +1,8 @@
 #include "api/buffer_use.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/reduce.h"
 
@@ -44,6 +46,63 @@ Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, in
     case Collective::Recv: use.send = false; use.recvBytes = bytes; break;
   }
   return use;
+}
+
+namespace {
+
+struct Span {
+  uintptr_t begin, end;
+  size_t call;
+  bool writes;
+};
+
+// The two spans seen so far that end furthest, from different calls: whichever is not from
+// `call` is the furthest-reaching one an overlap with `call` must be checked against.
+struct Reach {
+  const Span* first = nullptr;
+  const Span* second = nullptr;
+
+  void add(const Span& s) {
+    if (first == nullptr || s.end > first->end) {
+      if (first != nullptr && first->call != s.call) second = first;
+      first = &s;
+    } else if (s.call != first->call && (second == nullptr || s.end > second->end)) {
+      second = &s;
+    }
+  }
+  const Span* otherThan(size_t call) const { return first != nullptr && first->call != call ? first : second; }
+};
+
+}  // namespace
+
+Status checkGroupOverlaps(std::span<const core::CollectiveCall> calls, int rank, int nranks) {
+  if (calls.size() < 2) return Status::ok();
+  std::vector<Span> spans;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const core::CollectiveCall& call = calls[i];
+    WEFT_ASSIGN_OR_RETURN(BufferUse use, bufferUse("weftGroupEnd", call, rank, nranks));
+    const auto send = reinterpret_cast<uintptr_t>(call.send), recv = reinterpret_cast<uintptr_t>(call.recv);
+    if (use.send && use.sendBytes > 0) spans.push_back({send, send + use.sendBytes, i, false});
+    if (use.recv && use.recvBytes > 0) spans.push_back({recv, recv + use.recvBytes, i, true});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  Reach any, writes;  // over the spans that begin at or before the current one
+  for (const Span& s : spans) {
+    // A write meets anything of another call still open here; a read meets only writes.
+    const Span* other = (s.writes ? any : writes).otherThan(s.call);
+    if (other != nullptr && other->end > s.begin) {
+      const size_t a = std::min(s.call, other->call), b = std::max(s.call, other->call);
+      return Status(weftInvalidArgument,
+                    formatString("weftGroupEnd: call %zu (%s) and call %zu (%s) of the group share memory that one of "
+                                 "them writes; the group runs them side by side, so use separate buffers (nothing "
+                                 "was issued)",
+                                 a, coll::collectiveName(calls[a].collective), b,
+                                 coll::collectiveName(calls[b].collective)));
+    }
+    any.add(s);
+    if (s.writes) writes.add(s);
+  }
+  return Status::ok();
 }
 
 }  // namespace weft::api

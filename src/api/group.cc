@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "api/buffer_use.h"
 #include "api/device_issue.h"
 #include "api/issue.h"
 #include "core/self_exchange.h"
@@ -184,12 +185,16 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     }
     it->calls.push_back(g.call);
   }
-  // Sends to self without their receives would fail the communicator once it ran them; refused
-  // here, nothing is issued and every communicator stays usable.
+  // Sends to self without their receives would fail the communicator once it ran them, and
+  // calls that write each other's memory would race; refused here, nothing is issued and every
+  // communicator stays usable.
   for (const CommBatch& batch : batches) {
     if (Status paired = core::checkSelfExchange(batch.calls, batch.state->rank); !paired.isOk()) {
       return api::reportError(Status(paired.code(), "weftGroupEnd: " + paired.message() + "; nothing was issued"),
                               batch.state.get());
+    }
+    if (Status apart = api::checkGroupOverlaps(batch.calls, batch.state->rank, batch.state->nranks); !apart.isOk()) {
+      return api::reportError(apart, batch.state.get());
     }
   }
   if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
