@@ -217,7 +217,7 @@ TEST_CASE("groups: a group of 70000 sends and receives keeps every operation's o
   }));
 }
 
-TEST_CASE("groups: calls that write each other's memory are refused whole; calls that only read it share it",
+TEST_CASE("groups: calls that write each other's memory are refused whole, calls that only read it share it",
           "[groups][multiprocess]") {
   // A ring shift in place (send the buffer on, receive into it) raced: the receive overwrote
   // what the send had not sent yet, and the group returned success with wrong data.
