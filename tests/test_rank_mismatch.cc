@@ -127,6 +127,36 @@ TEST_CASE("ranks that disagree: ranks in different collectives of equal size get
   }));
 }
 
+TEST_CASE("ranks that disagree: a receive met by a later call's message names it as another call, with both sizes",
+          "[mismatch]") {
+  // Rank 0 sends 0 elements (nothing goes out, as in NCCL) and all-reduces; rank 1's receive
+  // of 4 elements meets the all-reduce's first message. That is a message of another call, not
+  // a send of the wrong size, which the error used to say.
+  for (const char* transport : {"shm", "socket"}) {
+    DYNAMIC_SECTION("over " << transport) {
+      expectAllPassed(runRanks(2, [transport](RankContext& ctx) {
+        setenv("WEFT_TRANSPORT", transport, 1);
+        weftComm_t comm = rankComm(ctx, 3000);
+        if (comm == nullptr) return 1;
+        std::vector<int32_t> v(size_t{1} << 18, 1);  // 1 MiB: through the executor, not the arena
+        if (ctx.rank == 0) {
+          RANK_WEFT(ctx, weftSend(v.data(), 0, weftInt32, 1, comm, nullptr));
+          RANK_CHECK(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftInt32, weftSum, comm, nullptr) != weftSuccess,
+                     "the all-reduce succeeded alone");
+        } else {
+          const weftResult_t rc = weftRecv(v.data(), 4, weftInt32, 0, comm, nullptr);
+          const char* why = weftGetLastError(comm);
+          RANK_CHECK(ctx, rc == weftInvalidUsage && contains(why, "mismatched calls") && contains(why, "(16 bytes)") &&
+                              !contains(why, "size mismatch"),
+                     "returned %d: %s", rc, why);
+        }
+        (void)weftCommAbort(comm);
+        return 0;
+      }));
+    }
+  }
+}
+
 TEST_CASE("ranks that disagree: Avg on one rank and Sum on the other is an error, on the executor too", "[mismatch]") {
   // Half Avg divides the inputs first and then sums: the call must still be told from a Sum.
   // 50000 elements: past the arena, through the executor's schedule.

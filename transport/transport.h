@@ -45,8 +45,11 @@ struct Forward {
   size_t landed = 0;  // bytes the receive has made available (in the send's staging, or in its destination)
 };
 
-// The error for a message whose tag differs from the posted receive's.
-Status tagMismatch(int peerRank, const std::string& peerName, MessageTag expected, MessageTag got);
+// The error for a message whose tag differs from the posted receive's, with both sizes: a
+// message of another call says nothing of this call's size on the peer (a send of 0 bytes, say,
+// sends nothing and lets the peer's next call answer).
+Status tagMismatch(int peerRank, const std::string& peerName, MessageTag expected, MessageTag got,
+                   uint64_t expectedBytes, uint64_t gotBytes);
 
 class Connection {
  public:

@@ -188,6 +188,8 @@ Status ShmConnection::checkNotWithdrawn() const {
 Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   // Read the header once: the peer could change shared memory under us.
   const SlotHeader h = *p_.in.header(index);
+  // The tag first: a message of another call has its own size, which is no mismatch of this one's.
+  if (h.tag != r.tag) return tagMismatch(p_.peerRank, p_.peerName, r.tag, h.tag, r.bytes, h.messageBytes);
   if (h.messageBytes != r.bytes) {
     return Status(weftInvalidUsage,
                   formatString("message size mismatch with rank %d (%s): expected %zu bytes, the peer sent %llu (do "
@@ -195,7 +197,6 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
                                p_.peerRank, p_.peerName.c_str(), r.bytes,
                                static_cast<unsigned long long>(h.messageBytes)));
   }
-  if (h.tag != r.tag) return tagMismatch(p_.peerRank, p_.peerName, r.tag, h.tag);
   const size_t left = r.bytes - r.received;
   const bool whole = r.local == nullptr || h.pieceBytes % r.spec.elementSize == 0;
   if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left && whole) {

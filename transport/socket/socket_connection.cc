@@ -116,6 +116,10 @@ Status SocketConnection::progressRecv(size_t stream, bool* progressed) {
         return Status(weftRemoteError, formatString("rank %d (%s) sent a corrupt message header",
                                                     peerRank_, peerName_.c_str()));
       }
+      // The tag first: a message of another call has its own size, which is no mismatch of this one's.
+      if (h.tag != expected.tag) {
+        return tagMismatch(peerRank_, peerName_, expected.tag, h.tag, expected.totalBytes, h.totalBytes);
+      }
       if (h.totalBytes != expected.totalBytes || h.parts != expected.parts) {
         return Status(weftInvalidUsage,
                       formatString("message size mismatch with rank %d (%s): expected %zu bytes, the peer "
@@ -124,7 +128,6 @@ Status SocketConnection::progressRecv(size_t stream, bool* progressed) {
                                    static_cast<size_t>(expected.totalBytes),
                                    static_cast<unsigned long long>(h.totalBytes)));
       }
-      if (h.tag != expected.tag) return tagMismatch(peerRank_, peerName_, expected.tag, h.tag);
     }
     if (part.done < kHeader + part.bytes) return Status::ok();
     Part finished = part;
