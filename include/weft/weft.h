@@ -3,7 +3,9 @@
  *
  * Every function returns a weftResult_t whose values match ncclResult_t. When a call fails,
  * weftGetLastError() returns a readable sentence saying what went wrong and, where a peer is
- * at fault, which rank and host.
+ * at fault, which rank and host. A call refused before it runs (a bad argument) leaves every
+ * buffer as it was; one that fails while running (a peer in another call, a lost peer, a
+ * timeout) may have written part of its receive buffer, as in NCCL.
  *
  * This header is C11-compatible; all exported symbols carry the `weft` prefix.
  */
