@@ -1,6 +1,6 @@
 // The libtorch adapter (weft/ddp_torch.hpp) on real ranks: rank 0's buffers reach every rank,
-// bool buffers (masks) included, and a buffer broadcast could not write correctly (strided) is
-// refused before any rank sends.
+// bool buffers (masks) included, a tied weight is one parameter, and a buffer broadcast could
+// not write correctly (strided) is refused before any rank sends.
 #include <catch2/catch.hpp>
 
 #include <stdexcept>
@@ -20,6 +20,16 @@ struct MaskedNet : torch::nn::Module {
   torch::Tensor weight, mask;
 };
 
+// One weight in two places, as an embedding tied to the output layer: parameters() lists it twice.
+struct TiedNet : torch::nn::Module {
+  explicit TiedNet(int rank) {
+    weight = register_parameter("weight", torch::full({4}, static_cast<float>(rank + 1)));
+    register_parameter("tied", weight);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return (x * weight).sum() + (x * weight * weight).sum(); }
+  torch::Tensor weight;
+};
+
 struct StridedNet : torch::nn::Module {
   StridedNet() {
     weight = register_parameter("weight", torch::ones({4}));
@@ -30,7 +40,7 @@ struct StridedNet : torch::nn::Module {
 
 }  // namespace
 
-TEST_CASE("ddp torch: rank 0's parameters and bool buffers reach every rank, strided buffers are refused", "[ddp][multiprocess]") {
+TEST_CASE("ddp torch: rank 0's parameters and bool buffers reach every rank, tied weights count once, strided buffers are refused", "[ddp][multiprocess]") {
   auto outcomes = runRanks(2, [](RankContext& ctx) {
     weftComm_t comm = nullptr;
     RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
@@ -41,6 +51,18 @@ TEST_CASE("ddp torch: rank 0's parameters and bool buffers reach every rank, str
       RANK_CHECK(ctx, net.weight.eq(1.0f).all().item<bool>(), "weight %g, expected rank 0's 1",
                  net.weight[0].item<float>());
       RANK_CHECK(ctx, net.mask.all().item<bool>(), "the bool mask is not rank 0's (all true)");
+    }
+    {
+      // Its broadcast and its bucket hold the weight once, and its gradient is averaged once.
+      TiedNet tied(ctx.rank);
+      weft::ddp::TorchDDP ddp(comm, tied);
+      RANK_CHECK(ctx, tied.weight.eq(1.0f).all().item<bool>(), "tied weight %g, expected rank 0's 1",
+                 tied.weight[0].item<float>());
+      tied.forward(torch::full({4}, static_cast<float>(ctx.rank + 1))).backward();
+      ddp.finish();
+      // d/dw of x*w + x*w^2 at w = 1 is 3x: x = 1 and 2 on the two ranks, so 3 and 6, averaged 4.5.
+      RANK_CHECK(ctx, tied.weight.grad().eq(4.5f).all().item<bool>(), "gradient %g, expected 4.5",
+                 tied.weight.grad()[0].item<float>());
     }
     StridedNet strided;
     bool refused = false;

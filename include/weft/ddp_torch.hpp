@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -44,7 +45,9 @@ class TorchDDP {
       if (!b.is_contiguous() || !b.device().is_cpu()) throw std::invalid_argument("weft ddp: CPU contiguous buffers only");
     }
     std::vector<Parameter> raw;
+    std::set<const void*> seen;  // a tied weight (one tensor in two modules) is listed once per module
     for (auto& p : module.parameters()) {
+      if (!seen.insert(p.data_ptr()).second) continue;
       if (!p.is_contiguous() || !p.device().is_cpu()) throw std::invalid_argument("weft ddp: CPU contiguous parameters only");
       if (!p.requires_grad()) {
         frozen_.push_back(p);
