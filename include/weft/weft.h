@@ -263,8 +263,10 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t stream);
  * together at weftGroupEnd, one merged operation per communicator, so paired sends and
  * receives inside a group never deadlock whatever their order. Groups nest; the outermost
  * weftGroupEnd issues. All calls of a group on one communicator must use the same stream,
- * and no call may write memory another call of the group reads or writes (they run side by
- * side; NCCL leaves it undefined): weftGroupEnd refuses such a group with weftInvalidArgument.
+ * and no call may write memory another call of the group (on any communicator) reads or
+ * writes: they run side by side, and NCCL leaves it undefined. weftGroupEnd refuses such a
+ * group with weftInvalidArgument on the ranks where it happens (which buffers a rooted call
+ * uses depends on the rank); the others' calls then end in their timeout.
  * A call that fails inside a group fails the group: weftGroupEnd returns its error and issues
  * nothing. Inits inside a group run side by side: weftGroupEnd waits for blocking ones, and
  * returns weftInProgress while a non-blocking one still runs (poll weftCommGetAsyncError). */

@@ -75,12 +75,12 @@ struct Reach {
 
 }  // namespace
 
-Status checkGroupOverlaps(std::span<const core::CollectiveCall> calls, int rank, int nranks) {
-  if (calls.size() < 2) return Status::ok();
+std::optional<std::pair<size_t, size_t>> firstWriteOverlap(std::span<const RankedCall> calls) {
+  if (calls.size() < 2) return std::nullopt;
   std::vector<Span> spans;
   for (size_t i = 0; i < calls.size(); ++i) {
-    const core::CollectiveCall& call = calls[i];
-    WEFT_ASSIGN_OR_RETURN(BufferUse use, bufferUse("weftGroupEnd", call, rank, nranks));
+    const core::CollectiveCall& call = calls[i].call;
+    const BufferUse use = bufferUse("weftGroupEnd", call, calls[i].rank, calls[i].nranks).take();  // checked alone before
     const auto send = reinterpret_cast<uintptr_t>(call.send), recv = reinterpret_cast<uintptr_t>(call.recv);
     if (use.send && use.sendBytes > 0) spans.push_back({send, send + use.sendBytes, i, false});
     if (use.recv && use.recvBytes > 0) spans.push_back({recv, recv + use.recvBytes, i, true});
@@ -90,19 +90,11 @@ Status checkGroupOverlaps(std::span<const core::CollectiveCall> calls, int rank,
   for (const Span& s : spans) {
     // A write meets anything of another call still open here; a read meets only writes.
     const Span* other = (s.writes ? any : writes).otherThan(s.call);
-    if (other != nullptr && other->end > s.begin) {
-      const size_t a = std::min(s.call, other->call), b = std::max(s.call, other->call);
-      return Status(weftInvalidArgument,
-                    formatString("weftGroupEnd: call %zu (%s) and call %zu (%s) of the group share memory that one of "
-                                 "them writes; the group runs them side by side, so use separate buffers (nothing "
-                                 "was issued)",
-                                 a, coll::collectiveName(calls[a].collective), b,
-                                 coll::collectiveName(calls[b].collective)));
-    }
+    if (other != nullptr && other->end > s.begin) return std::pair{std::min(s.call, other->call), std::max(s.call, other->call)};
     any.add(s);
     if (s.writes) writes.add(s);
   }
-  return Status::ok();
+  return std::nullopt;
 }
 
 }  // namespace weft::api

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
+#include <utility>
 
 #include "core/collective_call.h"
 #include "util/status.h"
@@ -20,9 +22,15 @@ struct BufferUse {
 // error when count x nranks would.
 Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, int rank, int nranks);
 
-// The calls of one group (each already checked alone) must not share memory where one writes:
-// the group runs them side by side, so a receive into another call's buffer would race with it
-// (NCCL leaves it undefined). Reads may share. weftInvalidArgument naming the two calls if they do.
-Status checkGroupOverlaps(std::span<const core::CollectiveCall> calls, int rank, int nranks);
+// A call of a group as the rank that makes it sees it.
+struct RankedCall {
+  core::CollectiveCall call;
+  int rank = 0, nranks = 1;  // in the call's communicator
+};
+
+// The calls of one group (each already checked alone), on any communicators, run side by side:
+// none may write memory another reads or writes (NCCL leaves it undefined); reads may share.
+// The first two calls (indexes, lower first) that do, if any.
+std::optional<std::pair<size_t, size_t>> firstWriteOverlap(std::span<const RankedCall> calls);
 
 }  // namespace weft::api

@@ -165,6 +165,7 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
                                        group.firstError.message()));
   }
   std::vector<CommBatch> batches;
+  std::vector<api::RankedCall> ranked;  // every call, in the order made
   for (GroupedCall& g : group.calls) {
     if (g.state->released.load()) {
       return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: a communicator with calls in the group was "
@@ -184,18 +185,26 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
                               g.state.get());
     }
     it->calls.push_back(g.call);
+    ranked.push_back({g.call, g.state->rank, g.state->nranks});
   }
   // Sends to self without their receives would fail the communicator once it ran them, and
-  // calls that write each other's memory would race; refused here, nothing is issued and every
-  // communicator stays usable.
+  // calls that write each other's memory (on any of the group's communicators) would race;
+  // refused here, nothing is issued and every communicator stays usable.
   for (const CommBatch& batch : batches) {
     if (Status paired = core::checkSelfExchange(batch.calls, batch.state->rank); !paired.isOk()) {
       return api::reportError(Status(paired.code(), "weftGroupEnd: " + paired.message() + "; nothing was issued"),
                               batch.state.get());
     }
-    if (Status apart = api::checkGroupOverlaps(batch.calls, batch.state->rank, batch.state->nranks); !apart.isOk()) {
-      return api::reportError(apart, batch.state.get());
-    }
+  }
+  if (const auto overlap = api::firstWriteOverlap(ranked)) {
+    const auto [a, b] = *overlap;
+    return api::reportError(
+        Status(weftInvalidArgument,
+               formatString("weftGroupEnd: call %zu (%s) and call %zu (%s) of the group share memory that one of them "
+                            "writes; the group runs them side by side, so use separate buffers (nothing was issued)",
+                            a, coll::collectiveName(ranked[a].call.collective), b,
+                            coll::collectiveName(ranked[b].call.collective))),
+        group.calls[a].state.get());
   }
   if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
   // Several communicators (or none: inits only): queue the stream work (host or GPU) first, then
