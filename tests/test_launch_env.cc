@@ -4,6 +4,7 @@
 // variables its launcher would have set, then initializes and all-reduces.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "core/launch_env.h"
+#include "core/local_rendezvous.h"
 #include "multiprocess.h"
 
 using namespace weft::test;
@@ -48,6 +50,31 @@ bool hasIpv6Loopback() {
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return ok;
+}
+
+// Forks a process that publishes a local id at `path` as its rank 0 and lives on until killed;
+// returns its pid once the file is there (-1 if it could not publish).
+pid_t publishAndLinger(const std::string& path) {
+  int done[2];
+  if (pipe(done) != 0) return -1;
+  const pid_t child = fork();
+  if (child == 0) {
+    weft::core::UniqueIdContents id;
+    id.root = weft::transport::SocketAddress::parse("127.0.0.1:" + std::to_string(freePort())).value();
+    id.secret = weft::core::newSecret().value();
+    const char ok = weft::core::publishLocalId(path, id).isOk() ? 1 : 0;
+    (void)!write(done[1], &ok, 1);
+    pause();
+    _exit(0);
+  }
+  close(done[1]);
+  char ok = 0;
+  const bool published = read(done[0], &ok, 1) == 1 && ok == 1;
+  close(done[0]);
+  if (published) return child;
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return -1;
 }
 
 // Runs nranks processes, each with the environment envFor(rank), through init + all-reduce +
@@ -186,16 +213,8 @@ TEST_CASE("launch: a live job's rendezvous file is not taken over by another job
   // ranks of both jobs joined one communicator, exchanging each other's data as success.
   std::string job = jobId();
   const std::string path = weft::core::localRendezvousPath("slurm-" + job + ".0");
-  pid_t other = fork();
-  if (other == 0) {  // the first job's rank 0: publishes, then lives on
-    weft::core::UniqueIdContents id;
-    id.root = weft::transport::SocketAddress::parse("127.0.0.1:" + std::to_string(freePort())).value();
-    id.secret = weft::core::newSecret().value();
-    if (!weft::core::publishLocalId(path, id).isOk()) _exit(1);
-    pause();
-    _exit(0);
-  }
-  for (int i = 0; i < 2000 && access(path.c_str(), F_OK) != 0; ++i) usleep(1000);
+  const pid_t other = publishAndLinger(path);
+  REQUIRE(other > 0);
   LaunchOptions options;
   options.makeId = false;
   auto outcomes = runRanks(
@@ -216,6 +235,24 @@ TEST_CASE("launch: a live job's rendezvous file is not taken over by another job
   waitpid(other, nullptr, 0);
   unlink(path.c_str());
   expectAllPassed(outcomes);
+}
+
+TEST_CASE("launch: a rendezvous file whose pid now belongs to a later process is passed over", "[launch][multiprocess]") {
+  // A rank 0 killed during init leaves its file; once its pid is handed to another process,
+  // that process is alive but is not the writer: it started after the file was written.
+  std::string job = jobId();
+  const std::string path = weft::core::localRendezvousPath("slurm-" + job + ".0");
+  const pid_t later = publishAndLinger(path);
+  REQUIRE(later > 0);
+  const timespec hourAgo[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  REQUIRE(utimensat(AT_FDCWD, path.c_str(), hourAgo, 0) == 0);  // the file, written before `later` started
+  runWithEnvironment(2, [&](int rank) {
+    return Env{{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}, {"WEFT_TIMEOUT_MS", "10000"}};
+  });
+  kill(later, SIGKILL);
+  waitpid(later, nullptr, 0);
+  unlink(path.c_str());
 }
 
 TEST_CASE("launch: a FIFO at the rendezvous path is an error, not a hang", "[launch][multiprocess]") {

@@ -12,6 +12,7 @@
 #include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
 #include "core/launch_env.h"
+#include "core/local_rendezvous.h"
 #include "transport/socket/interface_select.h"
 #include "util/env.h"
 #include "util/log.h"
@@ -54,7 +55,7 @@ weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id
   state->config.device = device;
   auto work = [state, id, nranks, rank, config = state->config]() -> Status {
     auto made = core::Communicator::create(id, nranks, rank, config, &state->abortFlag);
-    if (!state->removeWhenReady.empty()) ::unlink(state->removeWhenReady.c_str());
+    if (!state->removeWhenReady.empty()) core::withdrawLocalId(state->removeWhenReady);
     Status status = made.isOk() ? Status::ok() : made.status().withContext(formatString("rank %d of %d: init", rank, nranks));
     if (made.isOk()) {
       state->communicator = made.take();

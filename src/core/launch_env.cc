@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/bootstrap.h"
+#include "core/local_rendezvous.h"
 #include "transport/socket/socket_util.h"
 #include "util/env.h"
 #include "util/log.h"
@@ -27,15 +28,17 @@ struct LauncherVars {
   std::string jobNamedBy;  // the variables that make jobKey unique, those set; "" for none
 };
 
-// `prefix` and the values of the launcher's job-naming variables, joined by `separator`;
-// `namedBy` lists those that are set.
-std::string jobKeyOf(const char* prefix, std::initializer_list<const char*> names, const char* separator,
-                     std::string* namedBy) {
+// `prefix` and the values of the launcher's job variables, joined by `separator`; `namedBy`
+// lists those of the first `naming` that are set (the others tell steps of a job apart).
+std::string jobKeyOf(const char* prefix, std::initializer_list<const char*> names, size_t naming,
+                     const char* separator, std::string* namedBy) {
   std::string key = prefix;
+  size_t index = 0;
   for (const char* name : names) {
     const std::string value = envString(name).value_or("");
-    key += (name == *names.begin() ? "" : separator) + value;
-    if (!value.empty()) *namedBy += (namedBy->empty() ? "" : ", ") + std::string(name);
+    key += (index == 0 ? "" : separator) + value;
+    if (index < naming && !value.empty()) *namedBy += (namedBy->empty() ? "" : ", ") + std::string(name);
+    ++index;
   }
   return key;
 }
@@ -49,16 +52,18 @@ Result<int> requiredInt(const char* name, int min, int max) {
 Result<LauncherVars> detectLauncher() {
   std::string named;
   if (envString("OMPI_COMM_WORLD_RANK")) {
-    std::string key = jobKeyOf("ompi-", {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri"}, "-", &named);
+    // ORTE's job id (Open MPI 4), PRRTE's namespace (Open MPI 5)
+    std::string key =
+        jobKeyOf("ompi-", {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE"}, 3, "-", &named);
     return LauncherVars{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", key, named};
   }
   if (envString("RANK") && envString("WORLD_SIZE")) {
-    std::string key = jobKeyOf("torch-", {"TORCHELASTIC_RUN_ID", "MASTER_PORT"}, "-", &named);
+    std::string key = jobKeyOf("torch-", {"TORCHELASTIC_RUN_ID", "MASTER_PORT"}, 2, "-", &named);
     return LauncherVars{envString("WEFT_LAUNCHER") ? "weftrun" : "torchrun", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                         key, named};
   }
   if (envString("SLURM_PROCID")) {
-    std::string key = jobKeyOf("slurm-", {"SLURM_JOB_ID", "SLURM_STEP_ID"}, ".", &named);
+    std::string key = jobKeyOf("slurm-", {"SLURM_JOB_ID", "SLURM_STEP_ID"}, 1, ".", &named);
     return LauncherVars{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", key, named};
   }
   return Status(weftInvalidUsage,
@@ -92,84 +97,7 @@ Result<Secret> secretFromEnvironment(const std::string& jobKey) {
   return secret;
 }
 
-// What the rendezvous file holds: the id, and the pid of the rank 0 that serves its root.
-struct LocalIdFile {
-  weftUniqueId id;
-  int32_t pid;
-};
-
-bool processAlive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
-
-// The pid of the rank 0 that wrote the id file at `path`; 0 when it cannot be read.
-pid_t idFileOwner(const std::string& path) {
-  const int saved = errno;
-  LocalIdFile file{};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  const bool ok = fd >= 0 && ::read(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
-  if (fd >= 0) ::close(fd);
-  errno = saved;
-  return ok ? file.pid : 0;
-}
-
-Result<UniqueIdContents> readLocalId(const std::string& path, int timeoutMs) {
-  Deadline deadline = Deadline::afterMs(timeoutMs);
-  bool toldStale = false;
-  for (;;) {
-    // O_NONBLOCK: a FIFO someone made at this path would block the open until a writer came.
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd >= 0) {
-      struct stat st{};
-      LocalIdFile file{};
-      bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid() && (st.st_mode & 077) == 0 &&
-                ::read(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
-      ::close(fd);
-      if (!ok) return Status(weftSystemError, path + " is not a private Weft id file of this user");
-      if (processAlive(file.pid)) return decodeUniqueId(file.id);
-      // An earlier run's rank 0 died before removing it: wait for this run's to replace it.
-      if (!toldStale) WEFT_INFO("%s is left from a rank 0 that is gone (pid %d); waiting for a new one", path.c_str(), file.pid);
-      toldStale = true;
-    }
-    if (deadline.expired()) {
-      return Status(weftTimeout, "timed out waiting for rank 0 to publish the local rendezvous in " + path);
-    }
-    ::usleep(2000);
-  }
-}
-
 }  // namespace
-
-std::string localRendezvousPath(const std::string& jobKey) {
-  return formatString("/tmp/weft-%u-%016llx.id", ::getuid(),
-                      static_cast<unsigned long long>(fnv1a64(jobKey.data(), jobKey.size())));
-}
-
-Status publishLocalId(const std::string& path, const UniqueIdContents& id) {
-  LocalIdFile file{};
-  encodeUniqueId(id, &file.id);
-  file.pid = static_cast<int32_t>(::getpid());
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Status(weftSystemError, "cannot create " + temp + ": " + errnoString(errno));
-  bool ok = ::write(fd, &file, sizeof(file)) == static_cast<ssize_t>(sizeof(file));
-  ::close(fd);
-  // link() publishes only where no file is; one that is there is replaced only when it is left
-  // from an earlier run (its rank 0 gone, or this process), never under another live job.
-  if (ok && ::link(temp.c_str(), path.c_str()) != 0) {
-    const pid_t holder = idFileOwner(path);
-    if (errno == EEXIST && holder > 0 && holder != ::getpid() && processAlive(holder)) {
-      ::unlink(temp.c_str());
-      return Status(weftInvalidUsage,
-                    formatString("%s is held by the rank 0 (pid %d) of another job with the same name: give each "
-                                 "job its own name (MASTER_PORT, WEFT_COMM_ID, the launcher's job id)",
-                                 path.c_str(), static_cast<int>(holder)));
-    }
-    ok = ::rename(temp.c_str(), path.c_str()) == 0;
-  }
-  const int error = errno;
-  ::unlink(temp.c_str());  // after link() the path keeps the file; after rename() there is no temp
-  if (!ok) return Status(weftSystemError, "cannot write " + path + ": " + errnoString(error));
-  return Status::ok();
-}
 
 Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   WEFT_ASSIGN_OR_RETURN(LauncherVars vars, detectLauncher());
@@ -223,6 +151,7 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   }
   const std::string path = alone ? std::string() : localRendezvousPath(vars.jobKey);
   if (info.rank == 0) {
+    if (!alone) WEFT_TRY(checkNotHeldByAnotherJob(path));  // and again when publishing; here, before a root starts
     WEFT_ASSIGN_OR_RETURN(auto loopback, transport::SocketAddress::parse("127.0.0.1:0"));
     WEFT_ASSIGN_OR_RETURN(info.id.secret, newSecret());
     WEFT_TRY(startBootstrapRoot(loopback, info.id.secret, timeoutMs, &info.id.root, path));

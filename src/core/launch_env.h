@@ -21,10 +21,4 @@ struct LaunchInfo {
 // Reads the environment; rank 0 starts the root where the launcher says.
 Result<LaunchInfo> launchFromEnvironment(int timeoutMs);
 
-// The one-host rendezvous, for ranks given no root address: rank 0 leaves its id in a private
-// file named by the job (these are exposed for tests), with its pid, so that the others pass
-// over a file left by an earlier run's rank 0 that died before removing it.
-std::string localRendezvousPath(const std::string& jobKey);
-Status publishLocalId(const std::string& path, const UniqueIdContents& id);
-
 }  // namespace weft::core
