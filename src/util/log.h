@@ -1,5 +1,6 @@
-// Logging controlled by WEFT_DEBUG (WARN | INFO | TRACE; default: errors and warnings only
-// when set to WARN, nothing otherwise) and WEFT_DEBUG_FILE (%h = host, %p = pid).
+// Logging controlled by WEFT_DEBUG (NONE | WARN | INFO | TRACE, any case; unset: WARN, errors
+// and warnings) and WEFT_DEBUG_FILE (%h = host, %p = pid); a bad value of either is warned
+// about once, on stderr.
 #pragma once
 
 namespace weft {
