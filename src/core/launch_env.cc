@@ -1,13 +1,8 @@
 #include "core/launch_env.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 
 #include "core/bootstrap.h"
@@ -25,19 +20,19 @@ struct LauncherVars {
   const char* size;
   const char* localSize;  // for the one-host rendezvous check
   std::string jobKey;     // unique per launch, for the one-host rendezvous and the fallback secret
-  std::string jobNamedBy;  // the variables that make jobKey unique, those set; "" for none
+  bool jobNamed;           // a variable that makes jobKey unique is set
 };
 
-// `prefix` and the values of the launcher's job variables, joined by `separator`; `namedBy`
-// lists those of the first `naming` that are set (the others tell steps of a job apart).
+// `prefix` and the values of the launcher's job variables, joined by `separator`; *named says
+// whether any of the first `naming` is set (the others only tell steps of a job apart).
 std::string jobKeyOf(const char* prefix, std::initializer_list<const char*> names, size_t naming,
-                     const char* separator, std::string* namedBy) {
+                     const char* separator, bool* named) {
   std::string key = prefix;
   size_t index = 0;
   for (const char* name : names) {
     const std::string value = envString(name).value_or("");
     key += (index == 0 ? "" : separator) + value;
-    if (index < naming && !value.empty()) *namedBy += (namedBy->empty() ? "" : ", ") + std::string(name);
+    *named = *named || (index < naming && !value.empty());
     ++index;
   }
   return key;
@@ -50,7 +45,7 @@ Result<int> requiredInt(const char* name, int min, int max) {
 }
 
 Result<LauncherVars> detectLauncher() {
-  std::string named;
+  bool named = false;
   if (envString("OMPI_COMM_WORLD_RANK")) {
     // ORTE's job id (Open MPI 4), PRRTE's namespace (Open MPI 5)
     std::string key =
@@ -142,7 +137,7 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
                                                  info.nranks));
   }
   const bool alone = info.nranks == 1;  // no other rank needs to find the root
-  if (!alone && vars.jobNamedBy.empty()) {  // every such job would meet at one file, and join each other's ranks
+  if (!alone && !vars.jobNamed) {  // every such job would meet at one file, and join each other's ranks
     return Status(weftInvalidUsage,
                   std::string("nothing in the environment names this job (") + vars.launcher +
                       "), so its ranks cannot be told from another job's on this host: set MASTER_ADDR and "
