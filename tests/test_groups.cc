@@ -402,7 +402,8 @@ TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "
 
 TEST_CASE("groups: every communicator of a failed group keeps its own error", "[groups][multiprocess]") {
   expectAllPassed(runRanks(1, [](RankContext& ctx) {
-    setenv("WEFT_TIMEOUT_MS", "3000", 1);  // init's too: under sanitizers on 2 busy cores it may take a while
+    // Init's deadline too: under TSan on 2 busy cores an init of two threads took over 3 s.
+    setenv("WEFT_TIMEOUT_MS", "10000", 1);
     weftComm_t comms[2] = {};
     RANK_WEFT(ctx, weftCommInitAll(comms, 2, nullptr));
     float data[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}};
