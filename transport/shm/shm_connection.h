@@ -27,6 +27,7 @@ struct ShmConnectionParams {
   shm::RingView in;
   size_t remoteReadMinBytes = SIZE_MAX;  // messages this large go by process_vm_readv (SIZE_MAX: never)
   bool forward = true;                   // receives may pass on straight into another's slots
+  shm::SlotStoresPolicy slotStores = shm::SlotStoresPolicy::Adaptive;
 };
 
 class ShmConnection final : public Connection {
@@ -84,7 +85,10 @@ class ShmConnection final : public Connection {
   bool landStraightIntoSend(PendingRecv& recv, const char* payload, size_t bytes);
   PendingSend* firstUnpublished();
   PendingSend* forwardTarget(const Forward* forward, size_t bytes);
-  void publishSlot(PendingSend& s, shm::SlotKind kind, size_t piece);
+  double writeSlot(char* slot, const char* src, size_t bytes, shm::SlotWrite how);
+  void countWrite(shm::SlotWrite how, size_t bytes, double nanoseconds);
+  void publishSlot(PendingSend& s, shm::SlotKind kind, size_t piece, shm::SlotStores stores);
+  void timeSlotRead(shm::SlotStores stores, const char* payload, size_t bytes);
   Status checkNotWithdrawn() const;
   Status drainControl();
   void ringDoorbell(std::atomic<uint32_t>& sleeping);
@@ -98,6 +102,11 @@ class ShmConnection final : public Connection {
   uint64_t outHead_ = 0;  // our copy of out.head (we are its only writer)
   uint64_t inTail_ = 0;   // our copy of in.tail (we are its only writer)
   std::vector<char> bounce_;  // a remote-read message that must be reduced, not just landed
+  std::vector<char> stripe_;  // a forwarded piece's stripe, reduced here before it goes into a slot
+  shm::SlotStoresChooser storesChooser_;  // how our outbound pieces are written
+  shm::SlotStoreCosts writeCosts_;        // what writing them costs
+  shm::SlotStoreCosts readCosts_;         // what reading inbound pieces costs
+  shm::SlotStores lastRead_ = shm::SlotStores::Plain;
   bool checkControl_ = false;
   bool peerClosed_ = false;
 };

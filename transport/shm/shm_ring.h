@@ -10,10 +10,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/shm/slot_stores.h"
+
 namespace weft::transport::shm {
 
 constexpr uint32_t kRingMagic = 0x47525753;  // "SWRG"
-constexpr uint32_t kRingVersion = 2;
+constexpr uint32_t kRingVersion = 3;
 
 struct alignas(64) RingControl {
   uint32_t magic;
@@ -30,6 +32,10 @@ struct alignas(64) RingControl {
   // buffer through a Remote slot: the caller may be reusing that buffer. The receiver checks
   // it after each remote read (a seqlock's check), so it never keeps bytes written since.
   alignas(64) std::atomic<uint32_t> senderWithdrew;
+  // What the receiver's reads of plain and of streamed pieces cost lately, in picoseconds per
+  // KiB (0: not yet known), for the sender's choice between them (slot_stores.h).
+  alignas(64) std::atomic<uint32_t> readCostPlain;
+  std::atomic<uint32_t> readCostStreaming;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "cross-process atomics must be lock-free");
@@ -42,6 +48,7 @@ struct alignas(64) SlotHeader {
   uint64_t messageBytes;   // the whole message, so the receiver can check it against its post
   uint64_t pieceBytes;     // Data: bytes in this slot's payload; Remote: == messageBytes
   uint64_t remoteAddress;  // Remote: the sender's buffer, in the sender's address space
+  SlotStores stores;       // Data: how the payload was written, for the receiver to time
 };
 
 constexpr size_t slotStride(uint32_t slotBytes) { return sizeof(SlotHeader) + (slotBytes + 63) / 64 * 64; }

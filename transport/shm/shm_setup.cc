@@ -102,6 +102,7 @@ Result<ShmOptions> shmOptionsFromEnv() {
   }
   WEFT_ASSIGN_OR_RETURN(auto forward, envInt("WEFT_SHM_FORWARD", 0, 1));
   if (forward) options.forward = *forward == 1;
+  WEFT_ASSIGN_OR_RETURN(options.slotStores, shm::slotStoresPolicyFromEnv());
   return options;
 }
 
@@ -137,7 +138,7 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
     if (made.isOk()) {
       outbound = made.take();
       new (outbound.data()) shm::RingControl{shm::kRingMagic, shm::kRingVersion, options.slots, options.slotBytes,
-                                             {0}, {0}, {0}, {0}, {0}};
+                                             {0}, {0}, {0}, {0}, {0}, {0}, {0}};
       std::snprintf(mine.name, sizeof(mine.name), "%s", outbound.name().c_str());
     } else {
       mine.status = kFailed;
@@ -212,6 +213,7 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
   // The peer reads our buffers, so its probe of us decides whether we may hand it addresses.
   params.remoteReadMinBytes = theirAck.remoteReadOk ? options.remoteReadMinBytes : SIZE_MAX;
   params.forward = options.forward;
+  params.slotStores = options.slotStores;
   streams.clear();
   return std::unique_ptr<Connection>(std::make_unique<ShmConnection>(std::move(params)));
 }

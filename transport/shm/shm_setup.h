@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/slot_stores.h"
 #include "transport/socket/socket_util.h"
 #include "transport/transport.h"
 
@@ -33,11 +34,13 @@ struct ShmOptions {
   // A ring's receive writes what it passes on straight into the next connection's slot
   // (transport::Forward). WEFT_SHM_FORWARD=0 turns it off, to measure what it saves.
   bool forward = true;
+  // How large slot pieces are written (slot_stores.h): WEFT_SHM_SLOT_STORES.
+  shm::SlotStoresPolicy slotStores = shm::SlotStoresPolicy::Adaptive;
 };
 
 // WEFT_TRANSPORT=socket|shm (unset: shm between ranks on one host), WEFT_SHM_DISABLE=1,
 // WEFT_SHM_SLOTS, WEFT_SHM_SLOT_BYTES, WEFT_SHM_REMOTE_READ_MIN_BYTES ("never" disables it),
-// WEFT_SHM_FORWARD.
+// WEFT_SHM_FORWARD, WEFT_SHM_SLOT_STORES.
 Result<ShmOptions> shmOptionsFromEnv();
 
 // Whether this process may read `pid`'s memory with process_vm_readv (Yama's ptrace_scope and
