@@ -41,7 +41,8 @@ import platform
 import subprocess
 import sys
 
-from compare_table import InputError, fmt, fmt_bw, human_size, load_median_rows, metric, wrong_rows
+from compare_table import (InputError, fmt, fmt_bw, human_size, load_median_rows, metric, unused_record_path,
+                           wrong_rows)
 
 MIB = 1 << 20
 BUSBW_TARGET_MIN_SIZE = MIB
@@ -251,7 +252,7 @@ def machine_lines():
 def write_record(args, sections):
     today = datetime.date.today().isoformat()
     suffix = ("-quick" if args.quick else "") + ("-bound" if args.bound else "")
-    path = os.path.join(args.record_dir, f"{today}-{args.collective}-vs-openmpi{suffix}.md")
+    path = unused_record_path(args.record_dir, f"{today}-{args.collective}-vs-openmpi{suffix}")
     placement = "out-of-place" if args.placement == "oop" else "in-place"
     commands = [c for c in [args.compare_cmd] + (args.cmd or []) if c]
     title, mpi_call, factor = COLLECTIVES[args.collective]

@@ -238,10 +238,21 @@ def nranks_of(*sides):
     return None
 
 
+def unused_record_path(record_dir, stem):
+    """record_dir/stem.md, or stem-2.md, stem-3.md, ... where that is taken: a second run on
+    one day must not overwrite the first's record."""
+    path = os.path.join(record_dir, f"{stem}.md")
+    n = 2
+    while os.path.exists(path):
+        path = os.path.join(record_dir, f"{stem}-{n}.md")
+        n += 1
+    return path
+
+
 def write_record(args, table, verdicts, nranks):
     today = datetime.date.today().isoformat()
     suffix = "-quick" if args.quick else ""
-    path = os.path.join(args.record_dir, f"{today}-allreduce-vs-gloo{suffix}.md")
+    path = unused_record_path(args.record_dir, f"{today}-allreduce-vs-gloo{suffix}")
     placement = "out-of-place" if args.placement == "oop" else "in-place"
     commands = [c for c in (args.compare_cmd, args.weft_cmd, args.gloo_cmd) if c]
     lines = [
