@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "transport/shm/shm_ring.h"
 #include "transport/shm/slot_stores.h"
 
 using namespace weft::transport::shm;
@@ -60,12 +61,16 @@ TEST_CASE("slot stores: the adaptive sender tries the other way once in 128 piec
   SlotStoresChooser chooser(SlotStoresPolicy::Adaptive);
   const SlotWrite first = chooser.choose(kPiece);
   CHECK(first.streaming);  // plain is the default, so the first piece tries streaming
+  CHECK(first.explores);
   CHECK(first.header() == SlotStores::Streaming);
+  CHECK(first.current() == SlotStores::Plain);
   int other = 1, timed = 1;
   for (uint32_t i = 1; i < 4 * SlotStoresChooser::kExploreEvery; ++i) {
     const SlotWrite w = chooser.choose(kPiece);
     other += w.streaming ? 1 : 0;
     timed += w.timed ? 1 : 0;
+    CHECK(w.explores == w.streaming);
+    CHECK(w.current() == SlotStores::Plain);
     if (w.streaming) CHECK(w.timed);  // a piece the other way is always timed
   }
   CHECK(other == 4);
@@ -115,6 +120,36 @@ TEST_CASE("slot stores: streaming must look twice as cheap to be chosen, plain m
   feed(slow, fresh, {0.05, 0.02, 0.05, 0.04});
   CHECK(slow.current() == SlotStores::Plain);
   CHECK(slow.takeSwitch());
+}
+
+TEST_CASE("slot stores: no switch while either side's reading of either way is missing", "[unit]") {
+  SlotStoresChooser chooser(SlotStoresPolicy::Adaptive);
+  SlotStoreCosts writes;
+  writes.record(SlotStores::Plain, kPiece, 0.45 * kPiece, SlotStores::Plain);
+  writes.record(SlotStores::Streaming, kPiece, 0.02 * kPiece, SlotStores::Plain);
+  chooser.update(writes, 0, 0.03);  // streaming far cheaper to write, but no plain read yet
+  chooser.update(writes, 0.03, 0);
+  CHECK(chooser.current() == SlotStores::Plain);
+  CHECK_FALSE(chooser.takeSwitch());
+  chooser.update(writes, 0.03, 0.03);
+  CHECK(chooser.current() == SlotStores::Streaming);
+}
+
+TEST_CASE("slot stores: the receiver's costs cross the ring's control block intact", "[unit]") {
+  CHECK(encodeSlotCost(0) == 0);
+  CHECK(encodeSlotCost(-1) == 0);
+  CHECK(decodeSlotCost(0) == 0);
+  for (double cost : {0.001, 0.017, 0.045, 0.4, 3.9}) {
+    CHECK(decodeSlotCost(encodeSlotCost(cost)) == Approx(cost).epsilon(1e-3));
+  }
+  CHECK(decodeSlotCost(encodeSlotCost(1e9)) == Approx(4e9 / 1000.0 / 1024.0));  // saturates
+  RingControl control{};
+  CHECK(control.readCost(SlotStores::Plain) == 0);
+  control.publishReadCosts(0.045, 0.031);
+  CHECK(control.readCost(SlotStores::Plain) == Approx(0.045).epsilon(1e-3));
+  CHECK(control.readCost(SlotStores::Streaming) == Approx(0.031).epsilon(1e-3));
+  control.publishReadCosts(0.2, 0);
+  CHECK(control.readCost(SlotStores::Streaming) == 0);
 }
 
 TEST_CASE("slot stores: a fixed policy never switches", "[unit]") {

@@ -121,14 +121,14 @@ Status ShmConnection::progressSends(bool* progressed) {
       uint64_t tail = p_.out.control->tail.load(std::memory_order_acquire);
       if (outHead_ - tail >= slots) goto ringFull;
       if (s.remote) {
-        publishSlot(s, SlotKind::Remote, s.bytes, SlotStores::Unmeasured);
+        publishSlot(s, SlotKind::Remote, s.bytes, shm::SlotWrite{});
         s.doneAtTail = outHead_;
       } else {
         const size_t available = s.forward != nullptr ? s.forward->landed : s.bytes;
         const size_t piece = std::min<size_t>(p_.out.slotBytes, available - s.published);
         const shm::SlotWrite how = storesChooser_.choose(piece);
         countWrite(how, piece, writeSlot(p_.out.payload(outHead_), s.data + s.published, piece, how));
-        publishSlot(s, SlotKind::Data, piece, how.header());
+        publishSlot(s, SlotKind::Data, piece, how);
       }
       published = true;
     }
@@ -205,7 +205,9 @@ Status ShmConnection::consumeSlot(PendingRecv& r, uint64_t index) {
   const size_t left = r.bytes - r.received;
   const bool whole = r.local == nullptr || h.pieceBytes % r.spec.elementSize == 0;
   if (h.kind == SlotKind::Data && h.pieceBytes <= p_.in.slotBytes && h.pieceBytes <= left && whole) {
-    if (h.stores != SlotStores::Unmeasured) timeSlotRead(h.stores, p_.in.payload(index), h.pieceBytes);
+    if (h.stores != SlotStores::Unmeasured) {
+      timeSlotRead(h.stores, h.explores != 0, p_.in.payload(index), h.pieceBytes);
+    }
     if (r.forward != nullptr && landStraightIntoSend(r, p_.in.payload(index), h.pieceBytes)) {
       // done: the piece went on without passing through the destination first
     } else if (r.local == nullptr && r.streaming) {
@@ -251,19 +253,21 @@ bool ShmConnection::landStraightIntoSend(PendingRecv& r, const char* payload, si
   const shm::SlotWrite how = to.storesChooser_.choose(bytes);
   // A few KiB at a time, so that the copy into the destination reads them from L1.
   constexpr size_t kStripe = 8 * 1024;  // a multiple of every element size
-  if (r.local != nullptr && stripe_.size() < kStripe) stripe_.resize(kStripe);
+  // A reduction goes straight into the slot where plain stores write it untimed; else into a
+  // stripe, whose write into the slot (streaming, or timed alone) follows.
+  const bool viaStripe = r.local != nullptr && (how.streaming || how.timed);
+  if (viaStripe && stripe_.size() < kStripe) stripe_.resize(kStripe);
   double writing = 0;  // nanoseconds spent writing the slot
   for (size_t done = 0; done < bytes; done += kStripe) {
     const size_t n = std::min(kStripe, bytes - done);
-    // The piece itself, or its reduction into the stripe (which then goes to the slot either
-    // way, so that the slot's write is timed alone).
-    const char* out = payload + done;
+    const char* out = payload + done;  // what the slot gets
     if (r.local != nullptr) {
-      kernels::reduce(stripe_.data(), r.local + r.received + done, payload + done, n / r.spec.elementSize,
-                      r.spec.type, r.spec.op);
-      out = stripe_.data();
+      char* sum = viaStripe ? stripe_.data() : slot + done;
+      kernels::reduce(sum, r.local + r.received + done, payload + done, n / r.spec.elementSize, r.spec.type,
+                      r.spec.op);
+      out = sum;
     }
-    writing += to.writeSlot(slot + done, out, n, how);
+    if (out != slot + done) writing += to.writeSlot(slot + done, out, n, how);
     if (r.keepDestination && r.streaming) {
       kernels::copyStreaming(r.data + r.received + done, out, n);
     } else if (r.keepDestination) {
@@ -271,7 +275,7 @@ bool ShmConnection::landStraightIntoSend(PendingRecv& r, const char* payload, si
     }
   }
   to.countWrite(how, bytes, writing);
-  to.publishSlot(*send, SlotKind::Data, bytes, how.header());
+  to.publishSlot(*send, SlotKind::Data, bytes, how);
   to.ringDoorbell(to.p_.out.control->receiverSleeping);
   return true;
 }
@@ -313,34 +317,27 @@ double ShmConnection::writeSlot(char* slot, const char* src, size_t bytes, shm::
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A cost as the ring's control block carries it (0 stays 0: not yet known).
-static double fromPsPerKiB(uint32_t v) { return v / 1000.0 / 1024.0; }
-static uint32_t toPsPerKiB(double nsPerByte) {
-  return nsPerByte <= 0 ? 0 : static_cast<uint32_t>(std::clamp(nsPerByte * 1000.0 * 1024.0, 1.0, 4e9));
-}
-
 // Counts one outbound piece's write and reconsiders how to write the next, with the receiver's
 // latest read costs.
 void ShmConnection::countWrite(shm::SlotWrite how, size_t bytes, double nanoseconds) {
   if (!how.timed) return;
-  writeCosts_.record(how.header(), bytes, nanoseconds, storesChooser_.current());
-  const shm::RingControl& c = *p_.out.control;
-  storesChooser_.update(writeCosts_, fromPsPerKiB(c.readCostPlain.load(std::memory_order_relaxed)),
-                        fromPsPerKiB(c.readCostStreaming.load(std::memory_order_relaxed)));
+  writeCosts_.record(how.header(), bytes, nanoseconds, how.current());
+  const double plainReads = p_.out.control->readCost(SlotStores::Plain);
+  const double streamingReads = p_.out.control->readCost(SlotStores::Streaming);
+  storesChooser_.update(writeCosts_, plainReads, streamingReads);
   if (storesChooser_.takeSwitch()) {
     const bool streaming = storesChooser_.current() == SlotStores::Streaming;
     WEFT_INFO("shared memory to rank %d: %s stores now (ns a byte, written + read: plain %.3f + %.3f, streaming "
               "%.3f + %.3f)",
-              p_.peerRank, streaming ? "streaming" : "plain", writeCosts_.cost(SlotStores::Plain),
-              fromPsPerKiB(c.readCostPlain.load(std::memory_order_relaxed)), writeCosts_.cost(SlotStores::Streaming),
-              fromPsPerKiB(c.readCostStreaming.load(std::memory_order_relaxed)));
+              p_.peerRank, streaming ? "streaming" : "plain", writeCosts_.cost(SlotStores::Plain), plainReads,
+              writeCosts_.cost(SlotStores::Streaming), streamingReads);
   }
 }
 
 // Brings an inbound piece into this core's cache, one load a cache line, and counts the time
 // that took: the cost of the piece's way here alone, not of what it is reduced with or into
 // (the reduction then reads it from L2). Publishes the costs for the sender's choice.
-void ShmConnection::timeSlotRead(SlotStores stores, const char* payload, size_t bytes) {
+void ShmConnection::timeSlotRead(SlotStores stores, bool explores, const char* payload, size_t bytes) {
   const auto start = std::chrono::steady_clock::now();
   uint64_t sum = 0;
   for (size_t at = 0; at < bytes; at += 64) {
@@ -350,24 +347,22 @@ void ShmConnection::timeSlotRead(SlotStores stores, const char* payload, size_t 
   }
   asm volatile("" : : "r"(sum));  // the loads must happen
   const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
-  // The kind most pieces come by: the previous piece's, but for the one after an exploring one.
-  readCosts_.record(stores, bytes, took.count(), lastRead_);
-  lastRead_ = stores;
-  shm::RingControl& c = *p_.in.control;
-  c.readCostPlain.store(toPsPerKiB(readCosts_.cost(SlotStores::Plain)), std::memory_order_relaxed);
-  c.readCostStreaming.store(toPsPerKiB(readCosts_.cost(SlotStores::Streaming)), std::memory_order_relaxed);
+  const SlotStores other = stores == SlotStores::Streaming ? SlotStores::Plain : SlotStores::Streaming;
+  readCosts_.record(stores, bytes, took.count(), explores ? other : stores);
+  p_.in.control->publishReadCosts(readCosts_.cost(SlotStores::Plain), readCosts_.cost(SlotStores::Streaming));
 }
 
 // Fills our next outbound slot's header for `piece` bytes of s (a Data slot's payload is
 // written already) and publishes it.
-void ShmConnection::publishSlot(PendingSend& s, SlotKind kind, size_t piece, SlotStores stores) {
+void ShmConnection::publishSlot(PendingSend& s, SlotKind kind, size_t piece, shm::SlotWrite how) {
   SlotHeader* h = p_.out.header(outHead_);
   h->kind = kind;
   h->tag = s.tag;
   h->messageBytes = s.bytes;
   h->pieceBytes = piece;
   h->remoteAddress = kind == SlotKind::Remote ? reinterpret_cast<uint64_t>(s.data) : 0;
-  h->stores = stores;
+  h->stores = how.header();
+  h->explores = how.timed && how.explores ? 1 : 0;
   s.published += piece;
   s.started = true;
   p_.out.control->head.store(++outHead_, std::memory_order_release);

@@ -87,8 +87,8 @@ class ShmConnection final : public Connection {
   PendingSend* forwardTarget(const Forward* forward, size_t bytes);
   double writeSlot(char* slot, const char* src, size_t bytes, shm::SlotWrite how);
   void countWrite(shm::SlotWrite how, size_t bytes, double nanoseconds);
-  void publishSlot(PendingSend& s, shm::SlotKind kind, size_t piece, shm::SlotStores stores);
-  void timeSlotRead(shm::SlotStores stores, const char* payload, size_t bytes);
+  void publishSlot(PendingSend& s, shm::SlotKind kind, size_t piece, shm::SlotWrite how);
+  void timeSlotRead(shm::SlotStores stores, bool explores, const char* payload, size_t bytes);
   Status checkNotWithdrawn() const;
   Status drainControl();
   void ringDoorbell(std::atomic<uint32_t>& sleeping);
@@ -106,7 +106,6 @@ class ShmConnection final : public Connection {
   shm::SlotStoresChooser storesChooser_;  // how our outbound pieces are written
   shm::SlotStoreCosts writeCosts_;        // what writing them costs
   shm::SlotStoreCosts readCosts_;         // what reading inbound pieces costs
-  shm::SlotStores lastRead_ = shm::SlotStores::Plain;
   bool checkControl_ = false;
   bool peerClosed_ = false;
 };

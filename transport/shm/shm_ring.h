@@ -36,6 +36,15 @@ struct alignas(64) RingControl {
   // KiB (0: not yet known), for the sender's choice between them (slot_stores.h).
   alignas(64) std::atomic<uint32_t> readCostPlain;
   std::atomic<uint32_t> readCostStreaming;
+
+  void publishReadCosts(double plain, double streaming) {
+    readCostPlain.store(encodeSlotCost(plain), std::memory_order_relaxed);
+    readCostStreaming.store(encodeSlotCost(streaming), std::memory_order_relaxed);
+  }
+  double readCost(SlotStores stores) const {
+    const auto& cost = stores == SlotStores::Streaming ? readCostStreaming : readCostPlain;
+    return decodeSlotCost(cost.load(std::memory_order_relaxed));
+  }
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "cross-process atomics must be lock-free");
@@ -49,6 +58,7 @@ struct alignas(64) SlotHeader {
   uint64_t pieceBytes;     // Data: bytes in this slot's payload; Remote: == messageBytes
   uint64_t remoteAddress;  // Remote: the sender's buffer, in the sender's address space
   SlotStores stores;       // Data: how the payload was written, for the receiver to time
+  uint32_t explores;       // Data, timed: 1 where the sender prefers the other way now
 };
 
 constexpr size_t slotStride(uint32_t slotBytes) { return sizeof(SlotHeader) + (slotBytes + 63) / 64 * 64; }

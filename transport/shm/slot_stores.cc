@@ -40,8 +40,15 @@ SlotWrite SlotStoresChooser::choose(size_t pieceBytes) {
   // The first piece already goes the other way, so that both readings come soon.
   const uint32_t n = counted_++;
   const bool explore = n % kExploreEvery == 0;
-  return {streaming_ != explore, explore || n % kTimeEvery == kTimeEvery / 2};
+  return {streaming_ != explore, explore || n % kTimeEvery == kTimeEvery / 2, explore};
 }
+
+uint32_t encodeSlotCost(double nanosecondsPerByte) {
+  if (!(nanosecondsPerByte > 0)) return 0;
+  return static_cast<uint32_t>(std::clamp(nanosecondsPerByte * 1000.0 * 1024.0 + 0.5, 1.0, 4e9));
+}
+
+double decodeSlotCost(uint32_t picosecondsPerKiB) { return picosecondsPerKiB / 1000.0 / 1024.0; }
 
 // The choice compares write plus read a byte, this way's (most pieces, so a steady state) with
 // the other way's (lone pieces). A lone piece reads low when streamed (its stores drain with

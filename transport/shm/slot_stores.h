@@ -31,11 +31,19 @@ enum class SlotStores : uint32_t {
 // The sender's decision for one piece.
 struct SlotWrite {
   bool streaming = false;
-  bool timed = false;  // both sides time this piece
+  bool timed = false;    // both sides time this piece
+  bool explores = false;  // it goes the way the sender does not prefer now (and is timed)
   SlotStores header() const {
     return !timed ? SlotStores::Unmeasured : streaming ? SlotStores::Streaming : SlotStores::Plain;
   }
+  // The way most pieces go now, for the estimates' weights.
+  SlotStores current() const { return streaming != explores ? SlotStores::Streaming : SlotStores::Plain; }
 };
+
+// A cost (ns a byte) as the ring's control block carries it, in picoseconds per KiB; 0 stays 0
+// (not yet known).
+uint32_t encodeSlotCost(double nanosecondsPerByte);
+double decodeSlotCost(uint32_t picosecondsPerKiB);
 
 enum class SlotStoresPolicy { Adaptive, Plain, Streaming };
 
@@ -73,8 +81,9 @@ class SlotStoresChooser {
   // One piece in this many goes the other way: both readings every 8 MiB of 64 KiB pieces, at
   // a cost of a few percent where the two differ 5x.
   static constexpr uint32_t kExploreEvery = 128;
-  // Of the others, one in this many is timed: timing takes a pass over the piece on the
-  // receiver (about a microsecond for 64 KiB, which the reduction would have overlapped).
+  // Of the others, one in this many is timed (with the exploring ones, 9 pieces in 128):
+  // timing takes a pass over the piece on the receiver (about a microsecond for 64 KiB, which
+  // the reduction would have overlapped).
   static constexpr uint32_t kTimeEvery = 16;
 
  private:
