@@ -18,6 +18,14 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+// GCC's avx512fintrin.h initializes _mm512_undefined_*()'s result with itself, which GCC 12
+// flags as uninitialized once inlined here at -O2 -g (RelWithDebInfo), fatal under WEFT_WERROR
+// (GCC bug 105593). The value is unused by design: the mask keeps every lane.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), written `__m512 __Y = __Y;`,
 // which -Wmaybe-uninitialized reports wherever they inline (GCC bug 105593, fixed in GCC 13).
 // The warning is silenced for the header's own lines only.
