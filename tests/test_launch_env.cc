@@ -180,6 +180,16 @@ TEST_CASE("launch: Open MPI's environment on one host, no address given", "[laun
   });
 }
 
+TEST_CASE("launch: weftrun's ranks under an outer mpirun take weftrun's rank, not Open MPI's",
+          "[launch][multiprocess]") {
+  std::string port = std::to_string(freePort());
+  runWithEnvironment(2, [&](int rank) {
+    return Env{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+               {"MASTER_ADDR", "127.0.0.1"},  {"MASTER_PORT", port},         {"RANK", std::to_string(rank)},
+               {"WORLD_SIZE", "2"},           {"WEFT_LAUNCHER", "weftrun"},  {"WEFT_SECRET", std::string(64, 'b')}};
+  });
+}
+
 TEST_CASE("launch: Slurm's environment on one host, no address given", "[launch][multiprocess]") {
   std::string job = jobId();
   runWithEnvironment(2, [&](int rank) {

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,6 +79,7 @@ struct TempDir {
 
 struct Result {
   int status = -1;  // exit code, or 128+signal if weftrun itself died by a signal
+  int signal = 0;   // the signal weftrun died by, if it did
   std::string out, err;
   double seconds = 0;
 };
@@ -103,6 +105,8 @@ class Launch {
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       setenv("TEST_DIR", dir.path.c_str(), 1);
+      const rlimit noCore{0, 0};  // a launcher that dies by SIGQUIT leaves no core file
+      setrlimit(RLIMIT_CORE, &noCore);
       for (const auto& [key, value] : env) {
         if (value) {
           setenv(key.c_str(), value->c_str(), 1);
@@ -149,6 +153,7 @@ class Launch {
     pid_ = -1;
     REQUIRE(done);
     result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     result.out = read_file(out_path_);
     result.err = read_file(err_path_);
     return result;
@@ -306,6 +311,7 @@ TEST_CASE("weftrun: SIGTERM is forwarded to the ranks", "[weftrun]") {
   REQUIRE(kill(launch.pid(), SIGTERM) == 0);
   Result result = launch.wait();
   CHECK(result.status == 143);
+  CHECK(result.signal == SIGTERM);  // dies by it, so that a shell loop around it stops too
   CHECK(fs::exists(dir.path / "term.0"));
   CHECK(fs::exists(dir.path / "term.1"));
   CHECK(result.err.find("SIGTERM") != std::string::npos);
@@ -320,6 +326,24 @@ TEST_CASE("weftrun: SIGINT is forwarded and gives 130", "[weftrun]") {
   REQUIRE(kill(launch.pid(), SIGINT) == 0);
   Result result = launch.wait();
   CHECK(result.status == 130);
+  CHECK(result.signal == SIGINT);
+}
+
+TEST_CASE("weftrun: SIGQUIT is forwarded too", "[weftrun]") {
+  TempDir dir;
+  const char* script =
+      "trap 'touch \"$TEST_DIR/quit.$RANK\"; exit 0' QUIT\n"
+      "sleep 30 &\n"
+      "touch \"$TEST_DIR/ready.$RANK\"\n"
+      "wait\n";
+  Launch launch(dir, {"--grace", "2", "-n", "2", "/bin/sh", "-c", script});
+  REQUIRE(wait_until(
+      [&] { return fs::exists(dir.path / "ready.0") && fs::exists(dir.path / "ready.1"); }, 3.0));
+  REQUIRE(kill(launch.pid(), SIGQUIT) == 0);
+  Result result = launch.wait();
+  CHECK(result.signal == SIGQUIT);
+  CHECK(fs::exists(dir.path / "quit.0"));
+  CHECK(fs::exists(dir.path / "quit.1"));
 }
 
 TEST_CASE("weftrun: --tag-output prefixes each line with the rank", "[weftrun]") {

@@ -46,7 +46,10 @@ Result<int> requiredInt(const char* name, int min, int max) {
 
 Result<LauncherVars> detectLauncher() {
   bool named = false;
-  if (envString("OMPI_COMM_WORLD_RANK")) {
+  // weftrun's ranks may inherit an outer launcher's variables (weftrun started under mpirun or
+  // srun): the ones weftrun set are theirs.
+  const bool underWeftrun = envString("WEFT_LAUNCHER") == "weftrun" && envString("RANK") && envString("WORLD_SIZE");
+  if (envString("OMPI_COMM_WORLD_RANK") && !underWeftrun) {
     // ORTE's job id (Open MPI 4), PRRTE's namespace (Open MPI 5)
     std::string key =
         jobKeyOf("ompi-", {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE"}, 3, "-", &named);

@@ -32,7 +32,9 @@ namespace {
 constexpr int kExitLaunchError = 1;
 constexpr int kExitTimeout = 124;
 constexpr int kExitExecFailed = 127;
-constexpr int64_t kGiveUpAfterKillMs = 2000;  // for stray group members that are not ranks
+// After SIGKILL: how long to wait for what is left (stray group members, or a rank stuck in the
+// kernel, which a GPU driver's teardown can keep for seconds) before giving up on it.
+constexpr int64_t kGiveUpAfterKillMs = 10000;
 
 int64_t now_ms() {
   using namespace std::chrono;
@@ -155,7 +157,7 @@ bool Job::setup(std::string& error) {
   signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would auto-reap the ranks
   sigset_t handled;
   sigemptyset(&handled);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, sig);
   sigprocmask(SIG_BLOCK, &handled, &original_mask_);
   signal_fd_ = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
   if (signal_fd_ < 0) {
@@ -300,10 +302,13 @@ int Job::run() {
     if (all_ranks_exited()) {
       if (!any_group_alive()) break;
       if (phase_ == Phase::Running) stop(SIGTERM);  // clean up leftover background processes
-      if (phase_ == Phase::Killing && now_ms() >= give_up_at_ms_) {
-        std::fprintf(stderr, "weftrun: warning: some processes of the job did not exit\n");
-        break;
+    }
+    if (phase_ == Phase::Killing && now_ms() >= give_up_at_ms_) {  // SIGKILL did not end them all
+      for (const Rank& rank : ranks_) {
+        if (!rank.exited) std::fprintf(stderr, "weftrun: warning: rank %d (pid %d) did not exit\n", rank.index, rank.pid);
       }
+      std::fprintf(stderr, "weftrun: warning: some processes of the job did not exit\n");
+      break;
     }
     std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
     std::vector<std::pair<Rank*, OutputStream*>> streams;
@@ -348,7 +353,10 @@ void Job::handle_signals() {
     }
     std::fprintf(stderr, "weftrun: received %s; forwarding it to all ranks\n",
                  signal_name(sig).c_str());
-    if (!exit_status_) exit_status_ = 128 + sig;
+    if (!exit_status_) {
+      exit_status_ = 128 + sig;
+      forwarded_signal_ = sig;
+    }
     stop(sig);
   }
   if (child_exited) reap_children();
@@ -365,15 +373,21 @@ void Job::reap_children() {
   }
 }
 
-// Last resort when the event loop itself fails.
+// Last resort when the event loop itself fails: SIGKILL, then reap what goes within the
+// give-up time (a rank stuck in the kernel may never go).
 void Job::kill_and_reap_ranks() {
   signal_groups(SIGKILL);
   phase_ = Phase::Killing;
+  const int64_t give_up_at = now_ms() + kGiveUpAfterKillMs;
   for (Rank& rank : ranks_) {
-    if (rank.exited) continue;
-    while (waitpid(rank.pid, nullptr, 0) < 0 && errno == EINTR) {
+    while (!rank.exited && now_ms() < give_up_at) {
+      pid_t got = waitpid(rank.pid, nullptr, WNOHANG);
+      if (got == rank.pid || (got < 0 && errno != EINTR)) {
+        rank.exited = true;
+      } else {
+        usleep(10 * 1000);
+      }
     }
-    rank.exited = true;
   }
 }
 
@@ -448,7 +462,7 @@ int Job::poll_timeout_ms() const {
   std::optional<int64_t> deadline;
   if (phase_ == Phase::Running && job_deadline_ms_ > 0) deadline = job_deadline_ms_;
   if (phase_ == Phase::Terminating) deadline = kill_at_ms_;
-  if (phase_ == Phase::Killing && all_ranks_exited()) deadline = give_up_at_ms_;
+  if (phase_ == Phase::Killing) deadline = give_up_at_ms_;
   if (!deadline) return -1;
   return static_cast<int>(std::clamp<int64_t>(*deadline - now_ms(), 0, INT_MAX));
 }

@@ -52,6 +52,9 @@ class Job {
  public:
   explicit Job(Options options) : options_(std::move(options)) {}
   int run();
+  // The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that ended the job, forwarded to its ranks;
+  // 0 if none did. The launcher then dies by it too, so that a shell loop or make stops.
+  int forwarded_signal() const { return forwarded_signal_; }
 
  private:
   enum class Phase { Running, Terminating, Killing };
@@ -86,6 +89,7 @@ class Job {
   pid_t launcher_pid_ = 0;
   Phase phase_ = Phase::Running;
   std::optional<int> exit_status_;  // set by the first failure, signal or timeout
+  int forwarded_signal_ = 0;
   int64_t job_deadline_ms_ = 0;
   int64_t kill_at_ms_ = 0;
   int64_t give_up_at_ms_ = 0;

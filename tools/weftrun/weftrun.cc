@@ -3,6 +3,7 @@
 // This file parses the command line; job.cc does the rest. No dependency on the Weft library.
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -40,7 +41,8 @@ const char kUsage[] =
     "MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to a free port on it. If MASTER_PORT\n"
     "is set, MASTER_ADDR and MASTER_PORT are passed through unchanged.\n"
     "If a rank fails, the others get SIGTERM; the exit status is the failing rank's exit\n"
-    "code, or 128+N if it died by signal N. SIGINT/SIGTERM/SIGHUP are forwarded to all ranks.\n";
+    "code, or 128+N if it died by signal N. SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to all\n"
+    "ranks, and weftrun then dies by the same signal.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "weftrun: error: %s\n\n%s", message.c_str(), kUsage);
@@ -147,5 +149,15 @@ Options parse_options(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   weftrun::Job job(weftrun::parse_options(argc, argv));
-  return job.run();
+  const int status = job.run();
+  if (const int sig = job.forwarded_signal()) {  // die by it, as the shell expects of a Ctrl-C'd child
+    std::fflush(nullptr);
+    std::signal(sig, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    std::raise(sig);
+  }
+  return status;
 }
