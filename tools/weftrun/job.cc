@@ -305,7 +305,8 @@ int Job::run() {
     }
     if (phase_ == Phase::Killing && now_ms() >= give_up_at_ms_) {  // SIGKILL did not end them all
       for (const Rank& rank : ranks_) {
-        if (!rank.exited) std::fprintf(stderr, "weftrun: warning: rank %d (pid %d) did not exit\n", rank.index, rank.pid);
+        if (rank.exited) continue;
+        std::fprintf(stderr, "weftrun: warning: rank %d (pid %d) did not exit\n", rank.index, rank.pid);
       }
       std::fprintf(stderr, "weftrun: warning: some processes of the job did not exit\n");
       break;
