@@ -347,8 +347,8 @@ void ShmConnection::timeSlotRead(SlotStores stores, bool explores, const char* p
   }
   asm volatile("" : : "r"(sum));  // the loads must happen
   const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
-  const SlotStores other = stores == SlotStores::Streaming ? SlotStores::Plain : SlotStores::Streaming;
-  readCosts_.record(stores, bytes, took.count(), explores ? other : stores);
+  const shm::SlotWrite how{stores == SlotStores::Streaming, true, explores};  // as the sender chose it
+  readCosts_.record(stores, bytes, took.count(), how.current());
   p_.in.control->publishReadCosts(readCosts_.cost(SlotStores::Plain), readCosts_.cost(SlotStores::Streaming));
 }
 
@@ -362,7 +362,7 @@ void ShmConnection::publishSlot(PendingSend& s, SlotKind kind, size_t piece, shm
   h->pieceBytes = piece;
   h->remoteAddress = kind == SlotKind::Remote ? reinterpret_cast<uint64_t>(s.data) : 0;
   h->stores = how.header();
-  h->explores = how.timed && how.explores ? 1 : 0;
+  h->explores = how.explores ? 1 : 0;  // exploring pieces are always timed
   s.published += piece;
   s.started = true;
   p_.out.control->head.store(++outHead_, std::memory_order_release);
