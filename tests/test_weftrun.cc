@@ -84,17 +84,24 @@ struct Result {
   double seconds = 0;
 };
 
-// One weftrun process. Its stdout/stderr go to files in `dir`; TEST_DIR=dir is in its
-// environment, plus `env` (a value of std::nullopt unsets the variable).
+// Which of weftrun's outputs goes to a pipe that nobody reads (a reader that stalls).
+enum class Stall { None, Stdout, Stderr };
+
+// One weftrun process. Its stdout/stderr go to files in `dir` (or one of them to a stalled
+// pipe); TEST_DIR=dir is in its environment, plus `env` (a value of std::nullopt unsets the
+// variable).
 class Launch {
  public:
   // With openStdin, weftrun's stdin is a pipe nobody writes to and that stays open (as a
   // terminal does) until the Launch goes; otherwise /dev/null.
   Launch(const TempDir& dir, const std::vector<std::string>& args,
-         const std::map<std::string, std::optional<std::string>>& env = {}, bool openStdin = false)
+         const std::map<std::string, std::optional<std::string>>& env = {}, bool openStdin = false,
+         Stall stall = Stall::None)
       : out_path_(dir.path / "weftrun.out"), err_path_(dir.path / "weftrun.err") {
     int stdinPipe[2] = {-1, -1};
     if (openStdin) REQUIRE(pipe(stdinPipe) == 0);
+    int stalledPipe[2] = {-1, -1};
+    if (stall != Stall::None) REQUIRE(pipe(stalledPipe) == 0);
     std::vector<std::string> words{WEFTRUN_PATH};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -117,6 +124,8 @@ class Launch {
       int in = openStdin ? stdinPipe[0] : open("/dev/null", O_RDONLY);
       int out = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (stall == Stall::Stdout) out = stalledPipe[1];
+      if (stall == Stall::Stderr) err = stalledPipe[1];
       dup2(in, 0);
       dup2(out, 1);
       dup2(err, 2);
@@ -127,9 +136,14 @@ class Launch {
       close(stdinPipe[0]);
       stdinWriter_ = stdinPipe[1];
     }
+    if (stall != Stall::None) {
+      close(stalledPipe[1]);
+      stalledReader_ = stalledPipe[0];
+    }
   }
   ~Launch() {
     if (stdinWriter_ >= 0) close(stdinWriter_);
+    if (stalledReader_ >= 0) close(stalledReader_);
     if (pid_ > 0) {  // a failed check left it running
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -163,6 +177,7 @@ class Launch {
   fs::path out_path_, err_path_;
   pid_t pid_ = -1;
   int stdinWriter_ = -1;
+  int stalledReader_ = -1;  // open and never read
   Clock::time_point start_;
 };
 
@@ -351,6 +366,44 @@ TEST_CASE("weftrun: --tag-output prefixes each line with the rank", "[weftrun]")
 
   Result short_flag = run_weftrun({"-t", "-n", "1", "/bin/sh", "-c", "echo hello"});
   CHECK(short_flag.out == "[0]: hello\n");
+}
+
+// A reader that stops reading must not stop the launcher: it still keeps --timeout, forwards
+// signals and exits, though the ranks' output (and its own messages) wait on a full pipe.
+TEST_CASE("weftrun: --timeout holds while stdout's reader stalls", "[weftrun]") {
+  TempDir dir;
+  Launch launch(dir, {"--tag-output", "--timeout", "0.5", "--grace", "0.5", "-n", "2", "/bin/sh", "-c",
+                      "yes 'line of output' | head -n 300000; sleep 30"},
+                {}, false, Stall::Stdout);
+  Result result = launch.wait();
+  CHECK(result.status == 124);
+  CHECK(result.seconds < 3);
+  CHECK(result.err.find("timeout") != std::string::npos);
+}
+
+TEST_CASE("weftrun: a signal is forwarded while stderr's reader stalls", "[weftrun]") {
+  TempDir dir;
+  Launch launch(dir, {"--grace", "1", "-n", "2", "/bin/sh", "-c",
+                      "touch \"$TEST_DIR/ready.$RANK\"; head -c 1000000 /dev/zero >&2; sleep 30"},
+                {}, false, Stall::Stderr);
+  REQUIRE(wait_until(
+      [&] { return fs::exists(dir.path / "ready.0") && fs::exists(dir.path / "ready.1"); }, 3.0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ranks fill the pipe
+  REQUIRE(kill(launch.pid(), SIGTERM) == 0);
+  Result result = launch.wait();
+  CHECK(result.signal == SIGTERM);
+  CHECK(result.seconds < 4);
+}
+
+TEST_CASE("weftrun: output the reader never takes ends the job at --timeout, as a failure", "[weftrun]") {
+  TempDir dir;
+  Launch launch(dir, {"--tag-output", "--timeout", "0.5", "-n", "1", "/bin/sh", "-c",
+                      "yes 'line of output' | head -n 20000"},
+                {}, false, Stall::Stdout);
+  Result result = launch.wait();
+  CHECK(result.status == 124);
+  CHECK(result.seconds < 2);
+  CHECK(result.err.find("output not taken by its reader is dropped") != std::string::npos);
 }
 
 // The CPUs in a /proc/<pid>/status Cpus_allowed_list ("0-3,8,10-11").

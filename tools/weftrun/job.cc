@@ -204,7 +204,7 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
       (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
     int pipe_errno = errno;
     const char* hint = pipe_errno == EMFILE ? " (2 descriptors per rank; see ulimit -n)" : "";
-    std::fprintf(stderr, "weftrun: cannot create pipes for rank %d: %s%s\n", rank.index,
+    say("weftrun: cannot create pipes for rank %d: %s%s\n", rank.index,
                  std::strerror(pipe_errno), hint);
     for (int fd : {out_pipe[0], out_pipe[1]}) {
       if (fd >= 0) close(fd);
@@ -224,8 +224,8 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
   if (options_.tag_output) {
     close(out_pipe[1]);
     close(err_pipe[1]);
-    rank.out = {out_pipe[0], STDOUT_FILENO, {}};
-    rank.err = {err_pipe[0], STDERR_FILENO, {}};
+    rank.out = {out_pipe[0], &out_sink_, {}};
+    rank.err = {err_pipe[0], &err_sink_, {}};
     if (pid < 0) {
       close_stream(rank, rank.out);
       close_stream(rank, rank.err);
@@ -235,7 +235,7 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
     }
   }
   if (pid < 0) {
-    std::fprintf(stderr, "weftrun: cannot fork rank %d: %s\n", rank.index,
+    say("weftrun: cannot fork rank %d: %s\n", rank.index,
                  std::strerror(fork_errno));
     return false;
   }
@@ -280,7 +280,8 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
 int Job::run() {
   std::string error;
   if (!setup(error)) {
-    std::fprintf(stderr, "weftrun: %s\n", error.c_str());
+    say("weftrun: %s\n", error.c_str());
+    drain_output();
     return kExitLaunchError;
   }
   ranks_.resize(static_cast<size_t>(options_.nproc));
@@ -306,29 +307,35 @@ int Job::run() {
     if (phase_ == Phase::Killing && now_ms() >= give_up_at_ms_) {  // SIGKILL did not end them all
       for (const Rank& rank : ranks_) {
         if (rank.exited) continue;
-        std::fprintf(stderr, "weftrun: warning: rank %d (pid %d) did not exit\n", rank.index, rank.pid);
+        say("weftrun: warning: rank %d (pid %d) did not exit\n", rank.index, rank.pid);
       }
-      std::fprintf(stderr, "weftrun: warning: some processes of the job did not exit\n");
+      say("weftrun: warning: some processes of the job did not exit\n");
       break;
     }
     std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    for (OutputSink* sink : {&out_sink_, &err_sink_}) {
+      if (sink->pending()) fds.push_back({sink->fd(), POLLOUT, 0});
+    }
+    const size_t first_stream = fds.size();
     std::vector<std::pair<Rank*, OutputStream*>> streams;
     for (Rank& rank : ranks_) {
       for (OutputStream* stream : {&rank.out, &rank.err}) {
-        if (stream->fd < 0) continue;
+        if (stream->fd < 0 || stream->sink->full()) continue;  // a full sink waits for its reader
         fds.push_back({stream->fd, POLLIN, 0});
         streams.emplace_back(&rank, stream);
       }
     }
     int ready = poll(fds.data(), fds.size(), poll_timeout_ms());
     if (ready < 0 && errno != EINTR) {
-      std::fprintf(stderr, "weftrun: poll: %s; killing all ranks\n", std::strerror(errno));
+      say("weftrun: poll: %s; killing all ranks\n", std::strerror(errno));
       kill_and_reap_ranks();
       if (!exit_status_) exit_status_ = kExitLaunchError;
       break;
     }
-    for (size_t i = 1; ready > 0 && i < fds.size(); ++i) {
-      if (fds[i].revents != 0) read_stream(*streams[i - 1].first, *streams[i - 1].second, 1);
+    if (ready > 0) write_output(fds);
+    for (size_t i = first_stream; ready > 0 && i < fds.size(); ++i) {
+      const auto& [rank, stream] = streams[i - first_stream];
+      if (fds[i].revents != 0) read_stream(*rank, *stream, 1);
     }
     if (ready > 0 && fds[0].revents != 0) handle_signals();
     check_deadlines();
@@ -340,7 +347,45 @@ int Job::run() {
       close_stream(rank, *stream);
     }
   }
+  drain_output();
   return exit_status_.value_or(0);
+}
+
+// Writes what is still queued once the job is over, as long as the reader takes it, but no
+// longer than --timeout allows; after a forwarded signal only what the reader takes at once.
+// A signal arriving now ends the wait and is the launcher's death, as during the job.
+void Job::drain_output() {
+  while (out_sink_.pending() || err_sink_.pending()) {
+    int timeout_ms = -1;
+    if (forwarded_signal_ != 0) {
+      timeout_ms = 0;
+    } else if (job_deadline_ms_ > 0) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(job_deadline_ms_ - now_ms(), 0, INT_MAX));
+    }
+    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    for (OutputSink* sink : {&out_sink_, &err_sink_}) {
+      if (sink->pending()) fds.push_back({sink->fd(), POLLOUT, 0});
+    }
+    const int ready = poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 && forwarded_signal_ == 0) {  // --timeout: the job is a failure if output is lost
+      if (!exit_status_) exit_status_ = kExitTimeout;
+      say("weftrun: timeout after %g s: output not taken by its reader is dropped\n", options_.timeout_seconds);
+      pollfd err{err_sink_.fd(), POLLOUT, 0};
+      if (poll(&err, 1, 0) == 1) err_sink_.write_some();
+    }
+    if (ready <= 0) return;
+    write_output(fds);
+    if (fds[0].revents == 0) continue;
+    signalfd_siginfo info;
+    while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig != SIGCHLD && forwarded_signal_ == 0) {
+        forwarded_signal_ = sig;
+        exit_status_ = 128 + sig;
+      }
+    }
+  }
 }
 
 void Job::handle_signals() {
@@ -352,7 +397,7 @@ void Job::handle_signals() {
       child_exited = true;
       continue;
     }
-    std::fprintf(stderr, "weftrun: received %s; forwarding it to all ranks\n",
+    say("weftrun: received %s; forwarding it to all ranks\n",
                  signal_name(sig).c_str());
     if (!exit_status_) {
       exit_status_ = 128 + sig;
@@ -407,7 +452,7 @@ void Job::on_rank_exit(Rank& rank, int status) {
     exit_status_ = 128 + WTERMSIG(status);
     how = "signal " + signal_name(WTERMSIG(status));
   }
-  std::fprintf(stderr, "weftrun: rank %d (pid %d) failed: %s%s\n", rank.index, rank.pid,
+  say("weftrun: rank %d (pid %d) failed: %s%s\n", rank.index, rank.pid,
                how.c_str(), all_ranks_exited() ? "" : "; terminating the other ranks");
   stop(SIGTERM);
 }
@@ -447,7 +492,7 @@ bool Job::any_group_alive() {
 void Job::check_deadlines() {
   int64_t now = now_ms();
   if (phase_ == Phase::Running && job_deadline_ms_ > 0 && now >= job_deadline_ms_) {
-    std::fprintf(stderr, "weftrun: timeout after %g s; terminating all ranks\n",
+    say("weftrun: timeout after %g s; terminating all ranks\n",
                  options_.timeout_seconds);
     if (!exit_status_) exit_status_ = kExitTimeout;
     stop(SIGTERM);

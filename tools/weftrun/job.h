@@ -1,8 +1,9 @@
 // Declarations shared by weftrun's sources: weftrun.cc parses the command line, job.cc runs
-// the ranks and rank_output.cc forwards their output.
+// the ranks, rank_output.cc forwards their output and output_sink.cc writes it out.
 #ifndef WEFT_TOOLS_WEFTRUN_JOB_H_
 #define WEFT_TOOLS_WEFTRUN_JOB_H_
 
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -15,6 +16,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "output_sink.h"
 
 namespace weftrun {
 
@@ -34,8 +37,8 @@ std::optional<std::vector<cpu_set_t>> usable_cores(std::string& error);
 std::optional<std::vector<cpu_set_t>> core_sets(int nproc, std::string& error);
 
 struct OutputStream {
-  int fd = -1;         // read end of the rank's pipe; -1 once closed
-  int target_fd = -1;  // where its lines go: 1 or 2
+  int fd = -1;                  // read end of the rank's pipe; -1 once closed
+  OutputSink* sink = nullptr;   // where its lines go: the launcher's stdout or stderr
   std::string partial_line;
 };
 
@@ -73,11 +76,16 @@ class Job {
   bool any_group_alive();
   void check_deadlines();
   int poll_timeout_ms() const;
+  // The launcher's own messages, queued on its stderr like the ranks' lines.
+  [[gnu::format(printf, 2, 3)]] void say(const char* format, ...);
+  void write_output(const std::vector<pollfd>& fds);
+  void drain_output();
   void read_stream(Rank& rank, OutputStream& stream, int max_reads);
   void forward_output(const Rank& rank, OutputStream& stream, std::string_view data);
   void close_stream(const Rank& rank, OutputStream& stream);
 
   Options options_;
+  OutputSink out_sink_{1}, err_sink_{2};
   std::vector<Rank> ranks_;
   std::unordered_map<pid_t, int> rank_by_pid_;
   std::vector<char*> argv_;  // the program and its arguments, null-terminated

@@ -1,8 +1,13 @@
 // Forwarding the ranks' output: each rank's stdout and stderr arrive on pipes, and go out
-// line by line with a "[rank]: " prefix, so lines of different ranks never interleave.
+// line by line with a "[rank]: " prefix, so lines of different ranks never interleave. They
+// (and the launcher's own messages) wait in an OutputSink until the reader takes them.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <string>
 
 #include "job.h"
 
@@ -11,17 +16,29 @@ namespace {
 
 constexpr size_t kMaxLineBytes = 64 * 1024;  // longer lines are forwarded in pieces
 
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t written = write(fd, data.data(), data.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(written));
-  }
-  return true;
+}  // namespace
+
+void Job::say(const char* format, ...) {
+  va_list args, again;
+  va_start(args, format);
+  va_copy(again, args);
+  const int length = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string text(static_cast<size_t>(std::max(length, 0)) + 1, '\0');
+  std::vsnprintf(text.data(), text.size(), format, again);
+  va_end(again);
+  text.pop_back();
+  err_sink_.append(text);
 }
 
-}  // namespace
+// Writes to each sink that poll found writable (`fds` as the event loop built them).
+void Job::write_output(const std::vector<pollfd>& fds) {
+  for (const pollfd& p : fds) {
+    for (OutputSink* sink : {&out_sink_, &err_sink_}) {
+      if (p.fd == sink->fd() && (p.events & POLLOUT) != 0 && p.revents != 0) sink->write_some();
+    }
+  }
+}
 
 void Job::read_stream(Rank& rank, OutputStream& stream, int max_reads) {
   char buffer[65536];
@@ -55,7 +72,8 @@ void Job::forward_output(const Rank& rank, OutputStream& stream, std::string_vie
     out += prefix + pending + "\n";
     pending.clear();
   }
-  if (!write_all(stream.target_fd, out) && errno == EPIPE) {
+  stream.sink->append(out);
+  if (stream.sink->broken()) {
     // Our reader is gone: close the rank's pipe too, so its next write fails the same way.
     pending.clear();
     close_stream(rank, stream);
@@ -69,7 +87,7 @@ void Job::close_stream(const Rank& rank, OutputStream& stream) {
   stream.fd = -1;
   if (!stream.partial_line.empty()) {
     std::string line = "[" + std::to_string(rank.index) + "]: " + stream.partial_line + "\n";
-    write_all(stream.target_fd, line);
+    stream.sink->append(line);
     stream.partial_line.clear();
   }
 }
