@@ -12,6 +12,7 @@
 #                peer hung up) or weftRemoteError (a socket error), each within 2 x WEFT_TIMEOUT_MS
 #                of the link going down; the times are printed
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
+#   hostname-root  the root named by a host name that is loopback on rank 0's host only
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
 #                the planned ring and double binary tree, verified; then again with the topology
 #                of tests/topo/server-2s.xml (two NICs a host: two channels, so the ring
@@ -106,11 +107,17 @@ port=$((20000 + $$ % 20000))
 world=$nhosts
 per_host=1
 pids=()
+master_addr=10.88.0.1
+hosts_files=  # a folder: each host sees its hosts$h there as /etc/hosts
 start_rank() {
   local slot=$1 h=$2 rank=$3 local_rank=$4
   shift 4
-  ip netns exec "${tag}h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "host$h" \
-    env MASTER_ADDR=10.88.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$local_rank \
+  local hosts=/etc/hosts
+  [[ -n $hosts_files ]] && hosts=$hosts_files/hosts$h
+  ip netns exec "${tag}h$h" unshare --uts --mount \
+    sh -c 'hostname "$0" && { [ "$1" = /etc/hosts ] || mount --bind "$1" /etc/hosts; } && shift && exec "$@"' \
+    "host$h" "$hosts" \
+    env MASTER_ADDR=$master_addr MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$local_rank \
     LOCAL_WORLD_SIZE=$per_host WEFT_SECRET="$secret" WEFT_SOCKET_IFNAME="$(ifname_of "$h")" WEFT_TIMEOUT_MS=$timeout_ms \
     "$@" > "$work/rank$slot.log" 2>&1 &
   pids[slot]=$!
@@ -154,6 +161,21 @@ case $mode in
     for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -i $iterations -s 5 -m 256K; done
     wait_all ok
     grep "weft-stress:" "$work/rank0.log"
+    grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+    ;;
+  hostname-root)
+    # The root named by a host name that rank 0's host maps to a loopback address, as Debian's
+    # /etc/hosts maps a host's own name to 127.0.1.1, while the other hosts map it to host 0's
+    # address: rank 0 must listen where they can reach it.
+    hosts_files=$work
+    for ((h = 0; h < nhosts; ++h)); do
+      address=10.88.0.1
+      ((h == 0)) && address=127.0.1.1
+      printf '127.0.0.1 localhost\n%s weft-root-host\n' "$address" > "$work/hosts$h"
+    done
+    master_addr=weft-root-host
+    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -i 20 -s 5 -m 64K; done
+    wait_all ok
     grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
     ;;
   plan)

@@ -1,5 +1,6 @@
 #include "core/launch_env.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -18,7 +19,7 @@ struct LauncherVars {
   const char* launcher;
   const char* rank;
   const char* size;
-  const char* localSize;  // for the one-host rendezvous check
+  const char* localSize;  // for the one-host rendezvous check, and where rank 0 listens
   std::string jobKey;     // unique per launch, for the one-host rendezvous and the fallback secret
   bool jobNamed;           // a variable that makes jobKey unique is set
 };
@@ -122,8 +123,20 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
     WEFT_ASSIGN_OR_RETURN(info.id.secret, secretFromEnvironment(vars.jobKey));
     info.hostsRoot = info.rank == 0;
     if (info.hostsRoot) {
+      WEFT_ASSIGN_OR_RETURN(auto localSize, envInt(vars.localSize, 1, 1 << 20));
+      transport::SocketAddress listenAt = info.id.root;
+      if (listenAt.isLoopback() && localSize && *localSize < info.nranks) {
+        // The root's name means this host's loopback here (Debian's /etc/hosts maps a host's own
+        // name to 127.0.1.1) but the ranks on other hosts reach it by another address: listen on
+        // every address, as torch's TCPStore does. The secret keeps strangers out.
+        WEFT_ASSIGN_OR_RETURN(listenAt, transport::SocketAddress::parse(
+                                            listenAt.family() == AF_INET6 ? "[::]" : "0.0.0.0", info.id.root.port()));
+        WEFT_INFO("the root address %s is a loopback address on rank 0's host, but the job spans hosts: the "
+                  "bootstrap root listens on every address (%s)",
+                  info.id.root.toString().c_str(), listenAt.toString().c_str());
+      }
       transport::SocketAddress bound;
-      Status started = startBootstrapRoot(info.id.root, info.id.secret, timeoutMs, &bound);
+      Status started = startBootstrapRoot(listenAt, info.id.secret, timeoutMs, &bound);
       if (!started.isOk()) {
         return started.withContext("rank 0 cannot host the bootstrap root at " + *rootText +
                                    " (is the port in use, e.g. by torchrun's store? set WEFT_COMM_ID=host:port)");
