@@ -47,6 +47,7 @@ class RootServer {
       if (fds[0].revents & POLLIN) acceptNew();
       if (!readHellos()) return;
     }
+    if (!joinedStillThere()) return;
     // Every rank is in. A rank answered first may re-initialize before the last is answered:
     // it must find neither this root's port nor its id file.
     listenFd_.reset();
@@ -159,16 +160,36 @@ class RootServer {
     return true;
   }
 
+  // A rank that went after its hello (its socket hung up: it exited, or was killed) would leave
+  // the others to find out one connection at a time: the rendezvous fails for all instead.
+  bool joinedStillThere() {
+    std::vector<pollfd> fds;
+    for (const UniqueFd& fd : joined_) fds.push_back({fd.get(), POLLRDHUP, 0});
+    if (::poll(fds.data(), fds.size(), 0) <= 0) return true;
+    for (size_t r = 0; r < fds.size(); ++r) {
+      if ((fds[r].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+      fail(weftRemoteError, formatString("bootstrap: %s hung up after joining, before every rank had: it has exited",
+                                         describeRank(static_cast<int>(r)).c_str()));
+      return false;
+    }
+    return true;
+  }
+
+  std::string describeRank(int rank) const {
+    const PeerRecord& rec = records_[static_cast<size_t>(rank)];
+    return formatString("rank %d (%s, pid %u)", rank, rec.hostName, rec.pid);
+  }
+
   // Replies go out from the highest rank down: the root usually lives in rank 0's process, and
   // rank 0 must not finish (and perhaps exit, taking this thread along) before the others heard.
   void replyAll() {
     RootReply reply{kReplyMagic, weftSuccess, nranks_, 0, {}};
-    for (auto it = joined_.rbegin(); it != joined_.rend(); ++it) {
-      UniqueFd& fd = *it;
+    for (int rank = nranks_ - 1; rank >= 0; --rank) {
+      const int fd = joined_[static_cast<size_t>(rank)].get();
       Deadline d = Deadline::afterMs(kHelloDeadlineMs);
-      Status s = transport::sendAll(fd.get(), &reply, sizeof(reply), d);
-      if (s.isOk()) s = transport::sendAll(fd.get(), records_.data(), records_.size() * sizeof(PeerRecord), d);
-      if (!s.isOk()) WEFT_WARN("bootstrap root: could not answer a rank: %s", s.message().c_str());
+      Status s = transport::sendAll(fd, &reply, sizeof(reply), d);
+      if (s.isOk()) s = transport::sendAll(fd, records_.data(), records_.size() * sizeof(PeerRecord), d);
+      if (!s.isOk()) WEFT_WARN("bootstrap root: could not answer %s: %s", describeRank(rank).c_str(), s.message().c_str());
     }
   }
 

@@ -78,6 +78,10 @@ Status PeerMesh::connectAll(const Deadline& deadline) {
   return Status::ok();
 }
 
+// Every peer listens on its main address from before it joined the rendezvous until its
+// communicator goes, so a refused connection there means the peer is gone: an error at once,
+// not retries until the timeout.
+//
 // A rail is tried for a quarter of the time left (at least 100 ms, at most 5 s): the peer listens
 // on it already, so a rail that refuses or drops the connection that long is broken (down,
 // filtered, or routed nowhere), and the stream takes the peer's main address instead, as a NIC
@@ -88,7 +92,8 @@ Result<UniqueFd> PeerMesh::connectStream(int peer, const StreamRoute& route, con
   *onRail = false;
   const transport::SocketAddress& main = this->peer(peer).listen;
   if (route.source == nullptr || brokenRails_.contains(route.localNic)) {
-    return transport::connectTo(route.source == nullptr ? route.destination : main, deadline, abortFlag_);
+    // A route without a source goes to the main address.
+    return transport::connectTo(main, deadline, abortFlag_, nullptr, transport::OnRefused::Fail);
   }
   const int railMs = std::min(5000, std::max(100, deadline.remainingMs() / 4));
   auto fd = transport::connectTo(route.destination, deadline.earlier(Deadline::afterMs(railMs)), abortFlag_,
@@ -102,7 +107,7 @@ Result<UniqueFd> PeerMesh::connectStream(int peer, const StreamRoute& route, con
   WEFT_WARN("rank %d: rail from NIC %d to %s failed (%s); streams from that NIC go to main addresses instead, "
             "this one to %s at %s", rank_, route.localNic, route.destination.toString().c_str(),
             fd.status().message().c_str(), describe(peer).c_str(), main.toString().c_str());
-  return transport::connectTo(main, deadline, abortFlag_);
+  return transport::connectTo(main, deadline, abortFlag_, nullptr, transport::OnRefused::Fail);
 }
 
 Status PeerMesh::connectTo(int peer, const Deadline& deadline) {

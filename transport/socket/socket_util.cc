@@ -208,7 +208,7 @@ Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound) {
 }
 
 Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
-                           const std::atomic<bool>* abortFlag, const SocketAddress* source) {
+                           const std::atomic<bool>* abortFlag, const SocketAddress* source, OnRefused onRefused) {
   int backoffMs = 1;
   for (;;) {
     if (aborted(abortFlag)) return abortedStatus();
@@ -233,6 +233,11 @@ Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadlin
     if (err == 0) {
       WEFT_TRY(configureStreamSocket(fd.get()));
       return fd;
+    }
+    if (err == ECONNREFUSED && onRefused == OnRefused::Fail) {
+      return Status(weftRemoteError, "the connection to " + address.toString() +
+                                         " was refused: nothing listens there any more (its process has exited, "
+                                         "or the address does not lead to it from here)");
     }
     bool retryable = err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == EHOSTUNREACH ||
                      err == ENETUNREACH || err == EAGAIN;

@@ -64,10 +64,15 @@ class UniqueFd {
 // Binds and listens (non-blocking). Port 0 picks a free port; the bound address is returned.
 Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound);
 
-// Connects, retrying refused connections (the listener may not be up yet) until the deadline;
-// from `source` (its port ignored) when given, so that the connection leaves by that interface.
+// What a refused connection means: the listener may not be up yet (Retry, until the deadline),
+// or it is known to have been up, so nothing listens there any more (Fail: weftRemoteError).
+enum class OnRefused { Retry, Fail };
+
+// Connects, retrying unreachable peers until the deadline; from `source` (its port ignored)
+// when given, so that the connection leaves by that interface.
 Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
-                           const std::atomic<bool>* abortFlag = nullptr, const SocketAddress* source = nullptr);
+                           const std::atomic<bool>* abortFlag = nullptr, const SocketAddress* source = nullptr,
+                           OnRefused onRefused = OnRefused::Retry);
 
 // Accepts a connection the (non-blocking) listener holds now, without waiting: an invalid fd
 // when none is queued, weftSystemError when accept fails (out of descriptors, say).

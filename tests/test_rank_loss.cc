@@ -1,0 +1,94 @@
+// A rank that is gone by the time the others reach it: killed after joining the rendezvous, or
+// exited after init. The others must fail at once, naming it, rather than wait out their timeout
+// and blame a healthy rank.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "core/bootstrap_wire.h"
+#include "core/unique_id.h"
+#include "multiprocess.h"
+#include "transport/socket/socket_util.h"
+
+using namespace weft;
+using namespace weft::test;
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// What a rank does in the rendezvous up to its hello, then its death: the root has its hello
+// with the job's secret, and a socket that hangs up.
+int joinAndDie(RankContext& ctx) {
+  auto id = core::decodeUniqueId(ctx.id);
+  RANK_CHECK(ctx, id.isOk(), "decode: %s", id.status().message().c_str());
+  if (!id.isOk()) return 1;
+  auto fd = transport::connectTo(id.value().root, Deadline::afterMs(5000));
+  RANK_CHECK(ctx, fd.isOk(), "connect to the root: %s", fd.status().message().c_str());
+  if (!fd.isOk()) return 1;
+  core::RankHello hello{};
+  hello.magic = core::kHelloMagic;
+  hello.version = core::kProtocolVersion;
+  std::memcpy(hello.secret, id.value().secret.data(), sizeof(hello.secret));
+  hello.rank = ctx.rank;
+  hello.nranks = ctx.nranks;
+  hello.timeoutMs = 20000;
+  hello.pid = static_cast<uint32_t>(getpid());
+  auto listen = transport::SocketAddress::parse("127.0.0.1:9");
+  hello.listen = transport::toWire(listen.value());
+  std::snprintf(hello.hostName, sizeof(hello.hostName), "doomed");
+  RANK_CHECK(ctx, transport::sendAll(fd.value().get(), &hello, sizeof(hello), Deadline::afterMs(2000)).isOk(),
+             "send the hello");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the root reads it before the hang-up
+  return ctx.failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a rank gone after joining fails the rendezvous for all, named", "[bootstrap][multiprocess]") {
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    if (ctx.rank == 1) return joinAndDie(ctx);
+    if (ctx.rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(600));  // after rank 1 went
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
+    const char* why = weftGetLastError(nullptr);
+    RANK_CHECK(ctx, rc == weftRemoteError, "init gave %s: %s", weftGetErrorString(rc), why);
+    RANK_CHECK(ctx, contains(why, "rank 1 (doomed") && contains(why, "hung up"), "the error: %s", why);
+    RANK_CHECK(ctx, secondsSince(start) < 10, "init took %.1f s to fail", secondsSince(start));
+    if (comm != nullptr) weftCommDestroy(comm);
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+TEST_CASE("peer mesh: a peer gone after init is reported at once, not after the timeout", "[bootstrap][multiprocess]") {
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    setenv("WEFT_TRANSPORT", "socket", 1);
+    weftComm_t comm = rankComm(ctx, 20000);
+    if (comm == nullptr) return 1;
+    if (ctx.rank == 1) _exit(0);  // gone without a word, as a crash would go; rank 0 connects to it
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    float x = 1;
+    weftResult_t rc = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
+    const char* why = weftGetLastError(comm);
+    RANK_CHECK(ctx, rc == weftRemoteError, "all-reduce gave %s: %s", weftGetErrorString(rc), why);
+    RANK_CHECK(ctx, contains(why, "rank 1") && contains(why, "refused"), "the error: %s", why);
+    RANK_CHECK(ctx, secondsSince(start) < 10, "the all-reduce took %.1f s to fail", secondsSince(start));
+    weftCommAbort(comm);
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
