@@ -4,6 +4,7 @@
 // written.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "weft-perf/check_data.h"
@@ -84,7 +85,7 @@ TEST_CASE("check data: avg is exact where the type allows, and its tolerance rej
     for (int r = 0; r < 3; ++r) CHECK(static_cast<long>(exact.value(r, i)) % 3 == 0);
   }
   for (const char* name : {"f8e5m2", "f8e4m3"}) {
-    for (int n : {5, 6, 7}) {
+    for (int n : {5, 6, 7, 9, 17}) {  // exact with powers of two up to 7 (e5m2) or 15; then the tolerance
       const DataType& type = *findDataType(name);
       const CheckPattern pattern(type, weftAvg, n);
       std::vector<unsigned char> zeros(1000), poison(1000);
@@ -92,6 +93,56 @@ TEST_CASE("check data: avg is exact where the type allows, and its tolerance rej
       CAPTURE(name, n);
       CHECK(pattern.countWrong(zeros.data(), zeros.size()) > 0);
       CHECK(pattern.countWrong(poison.data(), poison.size()) == poison.size());
+    }
+  }
+}
+
+// fp8 avg on rank counts that are not powers of two: a result that leaves out a rank, or
+// divides by one rank too few, must not pass (a tolerance wide enough for n + 2 roundings in
+// fp8, 80% for e5m2 on 3 ranks, let both through).
+TEST_CASE("check data: fp8 avg catches a rank left out and a wrong divisor", "[unit]") {
+  for (const char* name : {"f8e5m2", "f8e4m3"}) {
+    for (int n : {3, 5, 6, 7}) {
+      const DataType& type = *findDataType(name);
+      const CheckPattern pattern(type, weftAvg, n);
+      const size_t count = 10000;
+      std::vector<unsigned char> right(count), leftOut(count), wrongDivisor(count);
+      for (size_t i = 0; i < count; ++i) {
+        double all = 0, someone = 0;
+        for (int r = 0; r < n; ++r) {
+          all += pattern.value(r, i);
+          if (r != n - 1) someone += pattern.value(r, i);
+        }
+        storeValue(type, right.data(), i, all / n);
+        storeValue(type, leftOut.data(), i, someone / n);
+        storeValue(type, wrongDivisor.data(), i, all / (n - 1));
+      }
+      CAPTURE(name, n);
+      CHECK(pattern.countWrong(right.data(), count) == 0);
+      CHECK(pattern.countWrong(leftOut.data(), count) > count / (2 * n));
+      CHECK(pattern.countWrong(wrongDivisor.data(), count) > count / 2);
+    }
+  }
+}
+
+// weft-perf and weft-stress poison output buffers with kPoisonByte: an element the library
+// never wrote must never look like a right one.
+TEST_CASE("check data: no check value is made of the poison byte", "[unit]") {
+  for (const DataType& type : allDataTypes()) {
+    for (weftRedOp_t op : {kMovedOnly, weftSum, weftProd, weftMax, weftMin, weftAvg}) {
+      for (int n : {2, 3, 8}) {
+        const CheckPattern pattern(type, op, n);
+        size_t poisoned = 0;
+        unsigned char element[8];
+        for (size_t i = 0; i < 20000; ++i) {
+          for (int r = 0; r < n; ++r) {
+            storeValue(type, element, 0, pattern.value(r, i));
+            poisoned += std::all_of(element, element + type.size, [](unsigned char b) { return b == kPoisonByte; });
+          }
+        }
+        CAPTURE(type.name, static_cast<int>(op), n);
+        CHECK(poisoned == 0);
+      }
     }
   }
 }

@@ -80,6 +80,20 @@ T loadAs(const void* buffer, size_t index) {
 
 bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// Whether `type` holds `value` exactly.
+bool holdsExactly(const DataType& type, double value) {
+  unsigned char element[8];
+  storeValue(type, element, 0, value);
+  return loadValue(type, element, 0) == value;
+}
+
+// Whether `value`, stored as `type`, is made of kPoisonByte.
+bool isPoison(const DataType& type, double value) {
+  unsigned char element[8];
+  storeValue(type, element, 0, value);
+  return std::all_of(element, element + type.size, [](unsigned char b) { return b == kPoisonByte; });
+}
+
 // splitmix64's finalizer: well-spread bits from consecutive inputs.
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -174,6 +188,7 @@ CheckPattern::CheckPattern(const DataType& type, weftRedOp_t op, int nranks)
       activeRanks_(std::clamp(type.exactBound / kMaxMagnitude, 1, nranks)),
       maxTwos_(std::min(nranks, type.maxPow2)),
       avgMultiple_(1),
+      avgPowersOfTwo_(false),
       avgTolerance_(0.0) {
   if (op == weftAvg && type.kind == Kind::Float && !isPowerOfTwo(nranks)) {
     // Inputs that are multiples of n keep avg exact both ways it may be computed: each input
@@ -184,6 +199,13 @@ CheckPattern::CheckPattern(const DataType& type, weftRedOp_t op, int nranks)
     if (active >= 1) {
       avgMultiple_ = nranks;
       activeRanks_ = active;
+    } else if (holdsExactly(type, nranks) && holdsExactly(type, 4.0 * nranks)) {
+      // fp8: one rank per element (rotating) gives n * 2^j, j in 0..2, and the others 0. Every
+      // partial sum is then exact, and so is the avg, 2^j, whichever way it is computed; a rank
+      // left out or a wrong divisor still shows.
+      avgMultiple_ = nranks;
+      activeRanks_ = 1;
+      avgPowersOfTwo_ = true;
     } else {
       // Too narrow (fp8 on some rank counts): the worst case of n + 2 roundings (the divide,
       // n - 1 additions, the final conversion), each off by at most half an ulp of the type.
@@ -204,7 +226,9 @@ double CheckPattern::value(int rank, size_t index) const {
     case weftSum:
     case weftAvg: {
       if (slot >= static_cast<size_t>(activeRanks_)) return 0.0;
-      const double magnitude = static_cast<double>(1 + mine % kMaxMagnitude) * avgMultiple_;
+      const double magnitude =
+          (avgPowersOfTwo_ ? std::ldexp(1.0, static_cast<int>(mine % 3)) : static_cast<double>(1 + mine % kMaxMagnitude)) *
+          avgMultiple_;
       // Avg stays non-negative so integer truncation is unambiguous.
       const bool negative = op_ == weftSum && mayBeNegative && (mine >> 8) % 3 == 2;
       return negative ? -magnitude : magnitude;
@@ -231,9 +255,17 @@ double CheckPattern::value(int rank, size_t index) const {
   }
 }
 
-// Any value the type holds but NaN and infinity, from the bits of `bits`: data that is moved,
-// not reduced, so that no two ranks or blocks look alike.
+// Any value the type holds but NaN, infinity and kPoisonByte's pattern, from the bits of
+// `bits`: data that is moved, not reduced, so that no two ranks or blocks look alike.
 double CheckPattern::movedValue(uint64_t bits) const {
+  for (;;) {
+    const double v = anyFiniteValue(bits);
+    if (!isPoison(type_, v)) return v;
+    bits = mix(bits);
+  }
+}
+
+double CheckPattern::anyFiniteValue(uint64_t bits) const {
   switch (type_.kind) {
     case Kind::Signed: {
       const int width = std::min<int>(52, static_cast<int>(8 * type_.size));

@@ -6,9 +6,11 @@
 // integer up to 8 exact, e4m3 up to 16). The reference for each element is then computed in
 // double from the same formula, and the received value must match exactly. Avg on a floating
 // type with a rank count that is not a power of two takes multiples of n, exact whether the
-// inputs are divided first or the sum last; where the type is too narrow for those (fp8) it
-// uses a tolerance instead. Data that is only moved (kMovedOnly) is hashed bits: any finite
-// value of the type, so that no two ranks or blocks hold alike data.
+// inputs are divided first or the sum last; where the type is too narrow for those (fp8), one
+// rank per element contributes n times a power of two, whose average is as exact, and only
+// where n is too wide for even that does it use a tolerance. Data that is only moved
+// (kMovedOnly) is hashed bits: any finite value of the type, so that no two ranks or blocks
+// hold alike data, but never kPoisonByte's pattern.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +47,11 @@ const RedOp* findRedOp(std::string_view name);
 void storeValue(const DataType& type, void* buffer, size_t index, double value);
 double loadValue(const DataType& type, const void* buffer, size_t index);
 
+// What weft-perf and weft-stress fill output buffers and guard bytes with before a checked
+// call: no value of any check pattern is made of these bytes, so an element the library never
+// wrote always counts as wrong.
+constexpr unsigned char kPoisonByte = 0xA5;
+
 // The op of a CheckPattern for the collectives that move data without reducing it.
 constexpr weftRedOp_t kMovedOnly = weftNumOps;
 
@@ -72,6 +79,7 @@ class CheckPattern {
  private:
   bool matches(double got, double want) const;
   double movedValue(uint64_t bits) const;
+  double anyFiniteValue(uint64_t bits) const;
 
   const DataType& type_;
   weftRedOp_t op_;
@@ -79,6 +87,7 @@ class CheckPattern {
   int activeRanks_;      // sum/avg: ranks contributing a non-zero value to each element
   int maxTwos_;          // prod: most factors of 2 in one element's product
   int avgMultiple_;      // avg: inputs are multiples of this
+  bool avgPowersOfTwo_;  // avg: ... times 1, 2 or 4 (fp8), rather than 1..kMaxMagnitude
   double avgTolerance_;  // relative; 0 means exact comparison
 };
 

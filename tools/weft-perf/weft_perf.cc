@@ -28,10 +28,6 @@ namespace {
 
 // Bytes after each output region that are poisoned before a checked run and must stay so.
 constexpr size_t kGuardBytes = 4096;
-// Poison for output buffers: no element made of 0xA5 bytes equals any value the check data
-// can produce (those are small integers, +-powers of two, or averages of small non-negative
-// integers), so an element the library never wrote always counts as wrong.
-constexpr unsigned char kPoison = 0xA5;
 // Per-rank slot of the pid/host exchange: an int64 pid, then the NUL-terminated host name.
 constexpr size_t kHostSlotBytes = 256;
 
@@ -293,9 +289,9 @@ double Benchmark::timeCollective(const Placement& p) {
 // guard poisoned. Returns the wrong elements over all ranks and adds up stray writes.
 long long Benchmark::checkedRun(const Placement& p) {
   if (options_.gpu) {
-    if (!p.inPlace) gpu::fill(p.recv, kPoison, p.recvElements * p.type.size);
+    if (!p.inPlace) gpu::fill(p.recv, kPoisonByte, p.recvElements * p.type.size);
     loadInput(p);
-    gpu::fill(p.guard, kPoison, kGuardBytes);
+    gpu::fill(p.guard, kPoisonByte, kGuardBytes);
     issue(p);
     gpu::synchronize(stream_);
     gpu::toHost(p.checkRecv, p.recv, p.recvElements * p.type.size);
@@ -304,9 +300,9 @@ long long Benchmark::checkedRun(const Placement& p) {
     call(weftCommGetAsyncError(comm_, &async), "weftCommGetAsyncError");
     call(async, collective_.name);
   } else {
-    if (!p.inPlace) std::memset(p.recv, kPoison, p.recvElements * p.type.size);
+    if (!p.inPlace) std::memset(p.recv, kPoisonByte, p.recvElements * p.type.size);
     loadInput(p);
-    std::memset(p.guard, kPoison, kGuardBytes);
+    std::memset(p.guard, kPoisonByte, kGuardBytes);
     issue(p);
   }
 
@@ -318,7 +314,7 @@ long long Benchmark::checkedRun(const Placement& p) {
   }
   for (size_t offset = 0; offset < kGuardBytes; offset += p.type.size) {
     for (size_t b = 0; b < p.type.size; ++b) {
-      if (p.checkGuard[offset + b] != kPoison) {
+      if (p.checkGuard[offset + b] != kPoisonByte) {
         ++counts[1];
         break;
       }

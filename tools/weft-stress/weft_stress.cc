@@ -29,7 +29,6 @@ using weftperf::kExitOk;
 using weftperf::kExitUsage;
 
 constexpr size_t kGuardBytes = 256;
-constexpr unsigned char kPoison = 0xA5;
 constexpr long kAgreeEvery = 16;  // with -t, the ranks agree on stopping every this many iterations
 
 struct Options {
@@ -135,7 +134,7 @@ class Stress {
     char* out = arena + layout.recvBegin * type.size;
     char* guard = arena + layout.guardBegin * type.size;
     weftperf::CheckPattern pattern(type, coll.reduces ? op.id : weftperf::kMovedOnly, nranks_);
-    std::memset(arena, kPoison, layout.guardBegin * type.size + kGuardBytes);
+    std::memset(arena, weftperf::kPoisonByte, layout.guardBegin * type.size + kGuardBytes);
     pattern.fill(send, rank_, layout.sendElements);
 
     weftStream_t s = onStream ? stream : nullptr;
@@ -152,7 +151,9 @@ class Stress {
       });
     }
     totals_.wrong += static_cast<int64_t>(wrong);
-    for (size_t g = 0; g < kGuardBytes; ++g) totals_.outOfBounds += static_cast<unsigned char>(guard[g]) != kPoison;
+    for (size_t g = 0; g < kGuardBytes; ++g) {
+      totals_.outOfBounds += static_cast<unsigned char>(guard[g]) != weftperf::kPoisonByte;
+    }
     if (wrong != 0) {
       std::fprintf(stderr, "weft-stress: rank %d iteration %ld: %zu of %zu wrong (%s %s %s root %d, %s, %s)\n", rank_, i,
                    wrong, layout.recvElements, coll.name, type.name, op.name, root, inPlace ? "in place" : "out of place",
