@@ -68,7 +68,7 @@ PY
   usage)
     for args in "-b" "-b 1X" "-d nosuchtype" "-o nosuchop" "-n 0" "-e 8 -b 1K" "--nosuchflag" "nosuchcollective" \
                 "-b 18446744073709551615 -e 18446744073709551615" "-e 2000000G" \
-                "broadcast -r x" "broadcast -r 1"; do
+                "broadcast -r x" "broadcast -r 1" "-J /nonexistent-folder/out.json" "-d double -b 1 -e 7"; do
       set +e
       # shellcheck disable=SC2086
       RANK=0 WORLD_SIZE=1 "$bin/weft-perf" $args > "$work/out" 2>&1

@@ -1,12 +1,14 @@
 #include "perf_common.h"
 
-#include <cstdarg>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 namespace weftperf {
@@ -112,6 +114,17 @@ bool finishCommonOptions(CommonOptions* options, std::string* error) {
     *error = "-b (" + std::to_string(sweep.minBytes) + " bytes) is larger than -e (" +
              std::to_string(sweep.maxBytes) + " bytes)";
     return false;
+  }
+  // Found out now rather than after a sweep that may run for hours.
+  if (!options->jsonPath.empty()) {
+    const std::filesystem::path path(options->jsonPath);
+    const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
+    const bool exists = ::access(path.c_str(), F_OK) == 0;
+    if (exists ? ::access(path.c_str(), W_OK) != 0 : ::access(folder.c_str(), W_OK | X_OK) != 0) {
+      *error = "-J " + options->jsonPath + ": cannot write " + (exists ? "the file" : "in " + folder.string()) +
+               ": " + std::strerror(errno);
+      return false;
+    }
   }
   return true;
 }

@@ -185,6 +185,13 @@ int Benchmark::run() {
   for (const DataType* type : options_.types) {
     for (const RedOp* op : options_.ops) runSweep(*type, *op);
   }
+  if (rows_.empty()) {  // alike on every rank
+    if (rank_ == 0) {
+      std::fprintf(stderr, "weft-perf: nothing was measured: every size from -b to -e is less than one element%s\n",
+                   collective_.blocked ? " per rank" : "");
+    }
+    return kExitUsage;
+  }
   if (rank_ != 0) return checkFailed_ ? kExitFailure : kExitOk;
 
   printFooter(stdout, outOfBounds_, options_.check, averageBusBw(rows_));

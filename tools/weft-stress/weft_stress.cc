@@ -169,7 +169,9 @@ class Stress {
     bool ok = true;
     for (long i = 0; ok; ++i) {
       if (o_.seconds > 0) {
-        if (i % kAgreeEvery == 0) {  // rank 0's clock decides, so every rank stops at the same i
+        // The ranks agree every kAgreeEvery iterations, after the first ones: a run checks
+        // something, however short its time. Rank 0's clock decides, so all stop at the same i.
+        if (i > 0 && i % kAgreeEvery == 0) {
           int32_t stop = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= o_.seconds;
           ok = check(weftAllReduce(&stop, &stop, 1, weftInt32, weftMax, comm_, nullptr), "agreeing to stop");
           if (!ok || stop) break;
