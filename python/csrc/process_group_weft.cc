@@ -1,8 +1,11 @@
 #include "process_group_weft.hpp"
 
+#include <pybind11/pybind11.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "device_lane.hpp"
@@ -38,7 +41,12 @@ ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store,
   completer_ = std::thread([this] { completionLoop(); });
 }
 
+// Python may drop the last reference holding the GIL (destroy_process_group, del). The threads
+// joined here may then be freeing a finished Work's tensors, whose Python objects (the caller
+// passed temporaries) need the GIL: so the GIL is let go for the teardown.
 ProcessGroupWeft::~ProcessGroupWeft() {
+  std::optional<pybind11::gil_scoped_release> withoutGil;
+  if (Py_IsInitialized() && PyGILState_Check()) withoutGil.emplace();
   {
     std::lock_guard<std::mutex> lock(issueMutex_);
     issueDeferredLocked();  // nothing may call back into this group after it is gone

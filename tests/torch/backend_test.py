@@ -337,6 +337,15 @@ def main():
         refused("a send on a failed communicator", work.wait, "weft")
         refused("a callback's collective on a failed communicator", chained.wait, "weft")
 
+    # A group destroyed with collectives on temporaries still in flight: their Works go on the
+    # backend's threads, which need the GIL to free the tensors. Destroy used to join those
+    # threads holding the GIL, and hung.
+    doomed = dist.new_group(backend="weft")
+    for _ in range(20):
+        dist.all_reduce(torch.ones(4), group=doomed, async_op=True)
+    dist.destroy_process_group(doomed)
+    del doomed
+
     dist.barrier()  # rank 0 hosts the env:// store: nobody may still be using it when it goes
     dist.destroy_process_group()
 
