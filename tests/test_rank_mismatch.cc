@@ -92,6 +92,32 @@ TEST_CASE("ranks that disagree: a peer that skips a call is a weftTimeout naming
   }));
 }
 
+TEST_CASE("ranks that disagree: a rank waiting on a peer that went on to a small call through the arena is told at once",
+          "[mismatch]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 20000);
+    if (comm == nullptr) return 1;
+    float x = 1;
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));  // connected, arena made
+    const auto start = std::chrono::steady_clock::now();
+    if (ctx.rank == 0) {
+      // Skips the reduce to rank 1 and goes on to a small all-reduce, which the arena serves.
+      const weftResult_t rc = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
+      RANK_CHECK(ctx, rc != weftSuccess, "an all-reduce met by a reduce succeeded");
+    } else {
+      std::vector<float> v(4096, 1.0f);  // the executor's, not the arena's
+      const weftResult_t rc = weftReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, 1, comm, nullptr);
+      const char* why = weftGetLastError(comm);
+      RANK_CHECK(ctx, rc == weftInvalidUsage && contains(why, "rank 0") && contains(why, "later collective call"),
+                 "returned %s: %s", weftGetErrorString(rc), why);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    RANK_CHECK(ctx, seconds < 10, "the mismatch took %.1f s to show (the timeout is 20 s)", seconds);
+    (void)weftCommAbort(comm);
+    return 0;
+  }));
+}
+
 TEST_CASE("ranks that disagree: mismatched counts across ranks end in an error, not a hang", "[mismatch]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
     weftComm_t comm = rankComm(ctx, 3000);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,9 @@ namespace {
 constexpr int kBusyRounds = 16;  // idle rounds before spinning starts to yield the core
 constexpr uint32_t kChecksEvery = 64;  // rounds with progress between abort/deadline checks
 constexpr int kMaxSleepMs = 50;  // so abort and the deadline are seen promptly
+// How long a peer may sit in a later call, with nothing of this one arriving, before the ranks'
+// calls count as different (its data would have reached our ring before it went on).
+constexpr auto kLaterCallGrace = std::chrono::milliseconds(100);
 
 // A first-in first-out queue on one vector: unlike std::deque, an empty one allocates nothing,
 // and a collective builds several per call on its latency path. Every element ever pushed
@@ -104,6 +108,7 @@ class Run {
       for (size_t p = 0; p < peers_.size(); ++p) WEFT_TRY(progressPeer(p, &progressed));
       if (progressed || completed_ == s_.steps.size()) {
         idleRounds = 0;
+        peerAheadSince_.reset();
         // Still bounded while data trickles in: abort and the deadline end a call that keeps
         // moving too (every few rounds: a clock read is not free on the latency path).
         if ((++busyRounds & (kChecksEvery - 1)) == 0) WEFT_TRY(checkStillAllowed());
@@ -117,6 +122,7 @@ class Run {
         sched_yield();
         continue;
       }
+      WEFT_TRY(checkNoPeerAhead(now));
       WEFT_TRY(sleepUntilReady());
     }
     return Status::ok();
@@ -262,6 +268,23 @@ class Run {
     return Status(weftTimeout, formatString("%s: timed out after %d ms", ctx_.collective, ctx_.timeoutMs));
   }
 
+  // A peer that still owes this call data but has begun a later call (through the arena)
+  // will not send it: the ranks make different calls. That is an error now, not a timeout later.
+  Status checkNoPeerAhead(std::chrono::steady_clock::time_point now) {
+    if (!ctx_.peerInLaterCall) return Status::ok();
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      if (peers_[p].postedRecvs.empty() || !ctx_.peerInLaterCall(s_.peers[p])) continue;
+      if (!peerAheadSince_) peerAheadSince_ = now;
+      if (now - *peerAheadSince_ < kLaterCallGrace) return Status::ok();
+      return Status(weftInvalidUsage,
+                    formatString("%s: %s has gone on to a later collective call (a small one, through shared "
+                                 "memory) while this rank waits for its data in this one: every rank must make "
+                                 "the same collective calls in the same order",
+                                 ctx_.collective, ctx_.connections->describe(s_.peers[p]).c_str()));
+    }
+    return Status::ok();
+  }
+
   Status sleepUntilReady() {
     for (PeerState& peer : peers_) {
       if (!peer.connection->prepareToSleep()) return Status::ok();  // work arrived meanwhile
@@ -287,6 +310,7 @@ class Run {
   std::vector<uint32_t> remaining_;
   std::vector<uint8_t> ready_;
   std::vector<PeerState> peers_;
+  std::optional<std::chrono::steady_clock::time_point> peerAheadSince_;  // idle, with a peer ahead
   std::vector<transport::Forward> forwards_;  // by step, where the schedule forwards
   std::vector<uint8_t> halvesLeft_;           // by step, likewise: transfers a step still waits for
   StepQueue<uint32_t> computeQueue_;  // ready reductions and copies, oldest first

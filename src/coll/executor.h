@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -46,6 +47,9 @@ struct ExecutionContext {
   // the host has a core of its own (waking a sleeper costs hundreds of microseconds on some
   // machines), short when ranks share cores (a spinning rank would steal its peer's core).
   std::chrono::microseconds spinTime{2000};
+  // Whether `peer` has begun a later call that this rank has not (the shared-memory arena shows
+  // it): nothing more of this call will come from it. Unset where the ranks share no arena.
+  std::function<bool(int peer)> peerInLaterCall;
 };
 
 // operations: one per operation the schedule's steps name (a group's, else one); scratch holds

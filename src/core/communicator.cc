@@ -412,6 +412,7 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
     return Status(weftSystemError, formatString("%s: out of memory for %zu bytes of scratch", what, schedule->scratchBytes));
   }
   coll::ExecutionContext context{size(), what, deadline, config_.timeoutMs, abortFlag_, &mesh_, spin_.executor};
+  if (arena_) context.peerInLaterCall = [this](int peer) { return arena_->published(peer, arenaSeq_ + 1); };
   return coll::executeSchedule(*schedule, operations, scratchBuffer, context);
 }
 
