@@ -268,17 +268,19 @@ class Run {
     return Status(weftTimeout, formatString("%s: timed out after %d ms", ctx_.collective, ctx_.timeoutMs));
   }
 
-  // A peer that still owes this call data but has begun a later call (through the arena)
-  // will not send it: the ranks make different calls. That is an error now, not a timeout later.
+  // A peer that still owes this call data, or has yet to take ours, but has begun a later call
+  // (through the arena) never will: the ranks make different calls. That is an error now, not a
+  // timeout later.
   Status checkNoPeerAhead(std::chrono::steady_clock::time_point now) {
     if (!ctx_.peerInLaterCall) return Status::ok();
     for (size_t p = 0; p < peers_.size(); ++p) {
-      if (peers_[p].postedRecvs.empty() || !ctx_.peerInLaterCall(s_.peers[p])) continue;
+      const bool owed = !peers_[p].postedRecvs.empty() || !peers_[p].postedSends.empty();
+      if (!owed || !ctx_.peerInLaterCall(s_.peers[p])) continue;
       if (!peerAheadSince_) peerAheadSince_ = now;
       if (now - *peerAheadSince_ < kLaterCallGrace) return Status::ok();
       return Status(weftInvalidUsage,
                     formatString("%s: %s has gone on to a later collective call (a small one, through shared "
-                                 "memory) while this rank waits for its data in this one: every rank must make "
+                                 "memory) while this rank still exchanges data with it in this one: every rank must make "
                                  "the same collective calls in the same order",
                                  ctx_.collective, ctx_.connections->describe(s_.peers[p]).c_str()));
     }
