@@ -96,7 +96,8 @@ class Reducer {
 
 // torch.utils.data.DistributedSampler's semantics: each of numReplicas ranks gets numSamples()
 // indices; without dropLast the dataset is padded (by repeating its start) to an even split,
-// with dropLast the tail is dropped; shuffled deterministically per (seed, epoch) when shuffle.
+// with dropLast the tail is dropped; shuffled per (seed, epoch) when shuffle, into the very
+// order torch's sampler gives (torch.randperm seeded with seed + epoch).
 // Throws std::invalid_argument unless numReplicas >= 1 and 0 <= rank < numReplicas.
 class DistributedSampler {
  public:

@@ -28,8 +28,12 @@ std::vector<size_t> DistributedSampler::indices() const {
   std::vector<size_t> order(size_);
   std::iota(order.begin(), order.end(), size_t{0});
   if (shuffle_) {
-    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + epoch_);
-    std::shuffle(order.begin(), order.end(), rng);
+    // torch.randperm(size, generator seeded with seed + epoch), as torch's sampler draws it: the
+    // generator is a 32-bit Mersenne twister seeded with the seed's low 32 bits, and randperm a
+    // Fisher-Yates pass taking one 32-bit draw modulo what is left per position. So the C++ and
+    // Python trainers see the same order, whatever the standard library's shuffle does.
+    std::mt19937 rng(static_cast<uint32_t>(seed_ + epoch_));
+    for (size_t i = 0; i + 1 < size_; ++i) std::swap(order[i], order[i + rng() % (size_ - i)]);
   }
   const size_t total = numSamples_ * static_cast<size_t>(replicas_);
   if (!dropLast_) {
