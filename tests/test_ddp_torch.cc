@@ -64,6 +64,18 @@ TEST_CASE("ddp torch: rank 0's parameters and bool buffers reach every rank, tie
       RANK_CHECK(ctx, tied.weight.grad().eq(4.5f).all().item<bool>(), "gradient %g, expected 4.5",
                  tied.weight.grad()[0].item<float>());
     }
+    {
+      // Two backward passes without zero_grad between them: as torch's DDP, the accumulated
+      // .grad() is averaged, 1.5 after the first (gradients 1 and 2) and 1.5 + 1.5 after the second.
+      MaskedNet net(ctx.rank);
+      weft::ddp::TorchDDP ddp(comm, net);  // weights 1 everywhere
+      for (float want : {1.5f, 3.0f}) {
+        (net.weight * static_cast<float>(ctx.rank + 1)).sum().backward();
+        ddp.finish();
+        RANK_CHECK(ctx, net.weight.grad().eq(want).all().item<bool>(), "accumulated gradient %g, expected %g",
+                   net.weight.grad()[0].item<float>(), want);
+      }
+    }
     StridedNet strided;
     bool refused = false;
     try {

@@ -61,8 +61,12 @@ class TorchDDP {
     broadcastFromRankZero(frozen_, "broadcasting parameters that take no gradient");
     syncBuffers();
     for (size_t i = 0; i < params_.size(); ++i) {
+      // The hook sees this backward's gradient before autograd adds it to .grad(). torch's DDP
+      // averages the accumulated .grad() (gradients summed over backward calls without
+      // zero_grad in between), so the bucket gets what .grad() is about to become.
       hooks_.push_back(params_[i].register_hook([this, i](torch::Tensor grad) {
-        torch::Tensor dense = grad.contiguous();
+        const torch::Tensor& accumulated = params_[i].grad();
+        torch::Tensor dense = accumulated.defined() ? (accumulated + grad).contiguous() : grad.contiguous();
         check(reducer_->markReady(i, dense.data_ptr()), "starting a gradient bucket", reducer_->lastError());
       }));
     }
