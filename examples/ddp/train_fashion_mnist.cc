@@ -9,7 +9,10 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -83,16 +86,51 @@ int main(int argc, char** argv) {
   std::string dataDir = "/usr/share/datasets/fashion-mnist", save = "fashion_mnist_model.pt";
   long epochs = 1, maxSteps = -1, batch = 64;
   double lr = 0.05;
-  for (int a = 1; a + 1 < argc; a += 2) {
-    const std::string flag = argv[a], value = argv[a + 1];
+  const char* usage =
+      "usage: train_fashion_mnist [--data DIR] [--epochs N >= 1] [--max-steps N >= 1] [--batch B >= 1] [--lr LR > 0] "
+      "[--save FILE]\n";
+  // A whole number at least 1, or a positive number: anything else is a usage error.
+  auto count = [](const std::string& text, long* out) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || v < 1) return false;
+    *out = v;
+    return true;
+  };
+  auto positive = [](const std::string& text, double* out) {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v)) return false;
+    *out = v;
+    return true;
+  };
+  for (int a = 1; a < argc; a += 2) {
+    const std::string flag = argv[a];
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    const bool known = flag == "--data" || flag == "--epochs" || flag == "--max-steps" || flag == "--batch" ||
+                       flag == "--lr" || flag == "--save";
+    if (!known) {
+      std::fprintf(stderr, "train_fashion_mnist: unknown option %s\n%s", flag.c_str(), usage);
+      return 2;
+    }
+    if (a + 1 >= argc) {
+      std::fprintf(stderr, "train_fashion_mnist: %s needs a value\n%s", flag.c_str(), usage);
+      return 2;
+    }
+    const std::string value = argv[a + 1];
+    bool ok = true;
     if (flag == "--data") dataDir = value;
-    else if (flag == "--epochs") epochs = std::stol(value);
-    else if (flag == "--max-steps") maxSteps = std::stol(value);
-    else if (flag == "--batch") batch = std::stol(value);
-    else if (flag == "--lr") lr = std::stod(value);
-    else if (flag == "--save") save = value;
-    else {
-      std::fprintf(stderr, "usage: train_fashion_mnist [--data DIR] [--epochs N] [--max-steps N] [--batch B] [--lr LR] [--save FILE]\n");
+    else if (flag == "--epochs") ok = count(value, &epochs);
+    else if (flag == "--max-steps") ok = count(value, &maxSteps);
+    else if (flag == "--batch") ok = count(value, &batch);
+    else if (flag == "--lr") ok = positive(value, &lr);
+    else save = value;
+    if (!ok) {
+      std::fprintf(stderr, "train_fashion_mnist: bad value '%s' for %s\n%s", value.c_str(), flag.c_str(), usage);
       return 2;
     }
   }
