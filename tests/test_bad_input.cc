@@ -453,3 +453,21 @@ TEST_CASE("bad input: a group whose self send has no receive is refused whole, a
     return 0;
   }));
 }
+
+TEST_CASE("bad input: a send to self or a receive from self of no elements is a no-op, as to any peer", "[badinput]") {
+  // An all-to-all-v built by hand has such pieces: one direction of the self piece empty.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 3000);
+    if (comm == nullptr) return 1;
+    RANK_WEFT(ctx, weftSend(nullptr, 0, weftFloat32, ctx.rank, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(nullptr, 0, weftFloat32, ctx.rank, comm, nullptr));
+    float x = 1;
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftRecv(nullptr, 0, weftFloat32, ctx.rank, comm, nullptr));
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_CHECK(ctx, x == 2.0f, "the group's all-reduce gave %g", x);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}

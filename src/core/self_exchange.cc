@@ -11,11 +11,12 @@ namespace {
 using SelfPairs = std::vector<std::pair<const CollectiveCall*, const CollectiveCall*>>;  // send, receive
 
 // The calls' sends to `self` paired with their receives from it, in call order; or why they
-// do not pair.
+// do not pair. Those of no elements move nothing and pair with nothing, as to any other peer.
 Result<SelfPairs> pairSelfCalls(std::span<const CollectiveCall> calls, int self) {
   std::vector<const CollectiveCall*> sends, recvs;
   for (const CollectiveCall& call : calls) {
-    if (isPointToPoint(call) && call.root == self) (call.collective == coll::Collective::Send ? sends : recvs).push_back(&call);
+    if (!isPointToPoint(call) || call.root != self || call.count == 0) continue;
+    (call.collective == coll::Collective::Send ? sends : recvs).push_back(&call);
   }
   if (sends.size() != recvs.size()) {
     const bool sendsOver = sends.size() > recvs.size();
