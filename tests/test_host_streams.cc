@@ -215,6 +215,13 @@ TEST_CASE("host streams: destroy lets queued work finish", "[streams][multiproce
   }));
 }
 
+TEST_CASE("host streams: NULL, whose calls complete before returning, has nothing to wait for", "[streams]") {
+  CHECK(weftStreamSynchronize(nullptr) == weftSuccess);
+  CHECK(weftStreamQuery(nullptr) == weftSuccess);
+  int notAStream = 0;
+  CHECK(weftStreamSynchronize(&notAStream) == weftInvalidArgument);
+}
+
 TEST_CASE("host streams: two threads issuing on one stream and communicator", "[streams][multiprocess]") {
   // A place on the stream was taken and the task queued in two steps: a thread that took place
   // k+1 could queue before the one with place k, and the worker then waited for k, queued

@@ -188,9 +188,11 @@ WEFT_API const char* weftGetLastError(weftComm_t comm);
 WEFT_API weftResult_t weftStreamCreate(weftStream_t* stream);
 /* Work already issued on the stream still runs. */
 WEFT_API weftResult_t weftStreamDestroy(weftStream_t stream);
-/* Waits for everything issued on the stream; returns the first error any of it met. */
+/* Waits for everything issued on the stream; returns the first error any of it met (a stream
+ * that met one keeps returning it: make a new stream). NULL has nothing to wait for. */
 WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream);
-/* weftSuccess when all issued work is done, weftInProgress while some runs, or the first error. */
+/* weftSuccess when all issued work is done, weftInProgress while some runs, or the first error,
+ * as weftStreamSynchronize. NULL: weftSuccess. */
 WEFT_API weftResult_t weftStreamQuery(weftStream_t stream);
 
 /* Collectives. Buffers are host memory; counts are elements. Every call is collective over the

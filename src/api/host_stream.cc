@@ -122,7 +122,9 @@ weftResult_t groupHoldsStreamError(const char* fn) {
 
 }  // namespace
 
+// NULL, the stream of calls that complete before they return, has nothing outstanding.
 extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
+  if (stream == nullptr) return weftSuccess;
   auto s = api::lookupStream(stream);
   if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamSynchronize: not a stream made by weftStreamCreate"));
   if (api::groupHoldsStream(stream)) return groupHoldsStreamError("weftStreamSynchronize");
@@ -136,6 +138,7 @@ extern "C" WEFT_API weftResult_t weftStreamSynchronize(weftStream_t stream) {
 }
 
 extern "C" WEFT_API weftResult_t weftStreamQuery(weftStream_t stream) {
+  if (stream == nullptr) return weftSuccess;
   auto s = api::lookupStream(stream);
   if (!s) return api::reportError(Status(weftInvalidArgument, "weftStreamQuery: not a stream made by weftStreamCreate"));
   if (api::groupHoldsStream(stream)) return groupHoldsStreamError("weftStreamQuery");
