@@ -280,8 +280,8 @@ class Run {
       if (now - *peerAheadSince_ < kLaterCallGrace) return Status::ok();
       return Status(weftInvalidUsage,
                     formatString("%s: %s has gone on to a later collective call (a small one, through shared "
-                                 "memory) while this rank still exchanges data with it in this one: every rank must make "
-                                 "the same collective calls in the same order",
+                                 "memory) while this rank still exchanges data with it in this one: every rank "
+                                 "must make the same collective calls in the same order",
                                  ctx_.collective, ctx_.connections->describe(s_.peers[p]).c_str()));
     }
     return Status::ok();

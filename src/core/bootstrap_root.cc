@@ -189,7 +189,9 @@ class RootServer {
       Deadline d = Deadline::afterMs(kHelloDeadlineMs);
       Status s = transport::sendAll(fd, &reply, sizeof(reply), d);
       if (s.isOk()) s = transport::sendAll(fd, records_.data(), records_.size() * sizeof(PeerRecord), d);
-      if (!s.isOk()) WEFT_WARN("bootstrap root: could not answer %s: %s", describeRank(rank).c_str(), s.message().c_str());
+      if (!s.isOk()) {
+        WEFT_WARN("bootstrap root: could not answer %s: %s", describeRank(rank).c_str(), s.message().c_str());
+      }
     }
   }
 

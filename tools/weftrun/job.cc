@@ -204,8 +204,7 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
       (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
     int pipe_errno = errno;
     const char* hint = pipe_errno == EMFILE ? " (2 descriptors per rank; see ulimit -n)" : "";
-    say("weftrun: cannot create pipes for rank %d: %s%s\n", rank.index,
-                 std::strerror(pipe_errno), hint);
+    say("weftrun: cannot create pipes for rank %d: %s%s\n", rank.index, std::strerror(pipe_errno), hint);
     for (int fd : {out_pipe[0], out_pipe[1]}) {
       if (fd >= 0) close(fd);
     }
@@ -235,8 +234,7 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
     }
   }
   if (pid < 0) {
-    say("weftrun: cannot fork rank %d: %s\n", rank.index,
-                 std::strerror(fork_errno));
+    say("weftrun: cannot fork rank %d: %s\n", rank.index, std::strerror(fork_errno));
     return false;
   }
   setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
@@ -397,8 +395,7 @@ void Job::handle_signals() {
       child_exited = true;
       continue;
     }
-    say("weftrun: received %s; forwarding it to all ranks\n",
-                 signal_name(sig).c_str());
+    say("weftrun: received %s; forwarding it to all ranks\n", signal_name(sig).c_str());
     if (!exit_status_) {
       exit_status_ = 128 + sig;
       forwarded_signal_ = sig;
@@ -452,8 +449,8 @@ void Job::on_rank_exit(Rank& rank, int status) {
     exit_status_ = 128 + WTERMSIG(status);
     how = "signal " + signal_name(WTERMSIG(status));
   }
-  say("weftrun: rank %d (pid %d) failed: %s%s\n", rank.index, rank.pid,
-               how.c_str(), all_ranks_exited() ? "" : "; terminating the other ranks");
+  say("weftrun: rank %d (pid %d) failed: %s%s\n", rank.index, rank.pid, how.c_str(),
+      all_ranks_exited() ? "" : "; terminating the other ranks");
   stop(SIGTERM);
 }
 
@@ -492,8 +489,7 @@ bool Job::any_group_alive() {
 void Job::check_deadlines() {
   int64_t now = now_ms();
   if (phase_ == Phase::Running && job_deadline_ms_ > 0 && now >= job_deadline_ms_) {
-    say("weftrun: timeout after %g s; terminating all ranks\n",
-                 options_.timeout_seconds);
+    say("weftrun: timeout after %g s; terminating all ranks\n", options_.timeout_seconds);
     if (!exit_status_) exit_status_ = kExitTimeout;
     stop(SIGTERM);
   }
