@@ -30,16 +30,10 @@ namespace weftrun {
 namespace {
 
 constexpr int kExitLaunchError = 1;
-constexpr int kExitTimeout = 124;
 constexpr int kExitExecFailed = 127;
 // After SIGKILL: how long to wait for what is left (stray group members, or a rank stuck in the
 // kernel, which a GPU driver's teardown can keep for seconds) before giving up on it.
 constexpr int64_t kGiveUpAfterKillMs = 10000;
-
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
 
 int64_t seconds_to_ms(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1000)); }
 
@@ -311,9 +305,7 @@ int Job::run() {
       break;
     }
     std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
-    for (OutputSink* sink : {&out_sink_, &err_sink_}) {
-      if (sink->pending()) fds.push_back({sink->fd(), POLLOUT, 0});
-    }
+    add_sink_fds(fds);
     const size_t first_stream = fds.size();
     std::vector<std::pair<Rank*, OutputStream*>> streams;
     for (Rank& rank : ranks_) {
@@ -347,43 +339,6 @@ int Job::run() {
   }
   drain_output();
   return exit_status_.value_or(0);
-}
-
-// Writes what is still queued once the job is over, as long as the reader takes it, but no
-// longer than --timeout allows; after a forwarded signal only what the reader takes at once.
-// A signal arriving now ends the wait and is the launcher's death, as during the job.
-void Job::drain_output() {
-  while (out_sink_.pending() || err_sink_.pending()) {
-    int timeout_ms = -1;
-    if (forwarded_signal_ != 0) {
-      timeout_ms = 0;
-    } else if (job_deadline_ms_ > 0) {
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(job_deadline_ms_ - now_ms(), 0, INT_MAX));
-    }
-    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
-    for (OutputSink* sink : {&out_sink_, &err_sink_}) {
-      if (sink->pending()) fds.push_back({sink->fd(), POLLOUT, 0});
-    }
-    const int ready = poll(fds.data(), fds.size(), timeout_ms);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0 && forwarded_signal_ == 0) {  // --timeout: the job is a failure if output is lost
-      if (!exit_status_) exit_status_ = kExitTimeout;
-      say("weftrun: timeout after %g s: output not taken by its reader is dropped\n", options_.timeout_seconds);
-      pollfd err{err_sink_.fd(), POLLOUT, 0};
-      if (poll(&err, 1, 0) == 1) err_sink_.write_some();
-    }
-    if (ready <= 0) return;
-    write_output(fds);
-    if (fds[0].revents == 0) continue;
-    signalfd_siginfo info;
-    while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-      const int sig = static_cast<int>(info.ssi_signo);
-      if (sig != SIGCHLD && forwarded_signal_ == 0) {
-        forwarded_signal_ = sig;
-        exit_status_ = 128 + sig;
-      }
-    }
-  }
 }
 
 void Job::handle_signals() {

@@ -1,5 +1,6 @@
 // Declarations shared by weftrun's sources: weftrun.cc parses the command line, job.cc runs
-// the ranks, rank_output.cc forwards their output and output_sink.cc writes it out.
+// the ranks, rank_output.cc forwards their output (and drains it at the end) and output_sink.cc
+// writes it out.
 #ifndef WEFT_TOOLS_WEFTRUN_JOB_H_
 #define WEFT_TOOLS_WEFTRUN_JOB_H_
 
@@ -9,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +22,14 @@
 #include "output_sink.h"
 
 namespace weftrun {
+
+inline constexpr int kExitTimeout = 124;  // --timeout passed, as timeout(1) exits
+
+// Milliseconds on the monotonic clock.
+inline int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
 
 struct Options {
   int nproc = 1;
@@ -78,6 +88,7 @@ class Job {
   int poll_timeout_ms() const;
   // The launcher's own messages, queued on its stderr like the ranks' lines.
   [[gnu::format(printf, 2, 3)]] void say(const char* format, ...);
+  void add_sink_fds(std::vector<pollfd>& fds) const;
   void write_output(const std::vector<pollfd>& fds);
   void drain_output();
   void read_stream(Rank& rank, OutputStream& stream, int max_reads);

@@ -1,10 +1,12 @@
 // Forwarding the ranks' output: each rank's stdout and stderr arrive on pipes, and go out
 // line by line with a "[rank]: " prefix, so lines of different ranks never interleave. They
 // (and the launcher's own messages) wait in an OutputSink until the reader takes them.
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -36,6 +38,48 @@ void Job::write_output(const std::vector<pollfd>& fds) {
   for (const pollfd& p : fds) {
     for (OutputSink* sink : {&out_sink_, &err_sink_}) {
       if (p.fd == sink->fd() && (p.events & POLLOUT) != 0 && p.revents != 0) sink->write_some();
+    }
+  }
+}
+
+// A POLLOUT entry for each sink with output queued.
+void Job::add_sink_fds(std::vector<pollfd>& fds) const {
+  for (const OutputSink* sink : {&out_sink_, &err_sink_}) {
+    if (sink->pending()) fds.push_back({sink->fd(), POLLOUT, 0});
+  }
+}
+
+// Writes what is still queued once the job is over, as long as the reader takes it, but no
+// longer than --timeout allows; after a forwarded signal only what the reader takes at once.
+// A signal arriving now ends the wait and is the launcher's death, as during the job.
+void Job::drain_output() {
+  while (out_sink_.pending() || err_sink_.pending()) {
+    int timeout_ms = -1;
+    if (forwarded_signal_ != 0) {
+      timeout_ms = 0;
+    } else if (job_deadline_ms_ > 0) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(job_deadline_ms_ - now_ms(), 0, INT_MAX));
+    }
+    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    add_sink_fds(fds);
+    const int ready = poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 && forwarded_signal_ == 0) {  // --timeout: the job is a failure if output is lost
+      if (!exit_status_) exit_status_ = kExitTimeout;
+      say("weftrun: timeout after %g s: output not taken by its reader is dropped\n", options_.timeout_seconds);
+      pollfd err{err_sink_.fd(), POLLOUT, 0};
+      if (poll(&err, 1, 0) == 1) err_sink_.write_some();
+    }
+    if (ready <= 0) return;
+    write_output(fds);
+    if (fds[0].revents == 0) continue;
+    signalfd_siginfo info;
+    while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig != SIGCHLD && forwarded_signal_ == 0) {
+        forwarded_signal_ = sig;
+        exit_status_ = 128 + sig;
+      }
     }
   }
 }
