@@ -1,6 +1,7 @@
 // Host streams: collectives queued on a stream return at once and complete in order on the
 // communicator's progress thread; blocking calls keep the communicator's issue order; errors
-// reach weftStreamSynchronize and weftCommGetAsyncError. Ranks are real processes.
+// reach weftStreamSynchronize and weftCommGetAsyncError; weftCommFinalize flushes them. Ranks
+// are real processes.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -255,6 +256,109 @@ TEST_CASE("host streams: two threads issuing on one stream and communicator", "[
     RANK_CHECK(ctx, wrong == 0, "%d of %zu sums wrong", wrong, values.size());
     RANK_WEFT(ctx, weftStreamDestroy(stream));
     RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+namespace {
+
+// Polls weftCommGetAsyncError until it is no longer weftInProgress (or 20 s pass).
+weftResult_t pollAsync(weftComm_t comm) {
+  weftResult_t state = weftInProgress;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (weftCommGetAsyncError(comm, &state) == weftSuccess && state == weftInProgress &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return state;
+}
+
+// 16 all-reduces of ones queued on `stream`, rank 1 issuing them 300 ms after rank 0.
+std::vector<std::vector<double>> queueSums(RankContext& ctx, weftComm_t comm, weftStream_t stream) {
+  std::vector<std::vector<double>> bufs(16, std::vector<double>(4096, 1.0));
+  if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (auto& b : bufs) RANK_WEFT(ctx, weftAllReduce(b.data(), b.data(), b.size(), weftFloat64, weftSum, comm, stream));
+  return bufs;
+}
+
+}  // namespace
+
+TEST_CASE("host streams: finalize lets queued work finish, then takes no calls but destroy", "[streams][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx);
+    if (comm == nullptr) return 1;
+    RANK_CHECK(ctx, weftCommFinalize(nullptr) == weftInvalidArgument, "finalize of NULL");
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    auto bufs = queueSums(ctx, comm, stream);
+    if (ctx.rank == 0) RANK_CHECK(ctx, weftStreamQuery(stream) == weftInProgress, "rank 1 is asleep, yet the work is done");
+    double one = 1;
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(&one, &one, 1, weftFloat64, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, weftCommFinalize(comm) == weftInvalidUsage, "finalize with the open group's call on it");
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_WEFT(ctx, weftCommFinalize(comm));
+    RANK_CHECK(ctx, weftStreamQuery(stream) == weftSuccess, "work left on the stream after finalize");
+    for (auto& b : bufs) RANK_CHECK(ctx, b[4095] == 2.0, "value %g", b[4095]);
+    RANK_CHECK(ctx, one == 2.0, "the group's sum %g", one);
+    RANK_CHECK(ctx, weftAllReduce(&one, &one, 1, weftFloat64, weftSum, comm, nullptr) == weftInvalidUsage,
+               "a collective after finalize");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "finalized"), "text: %s", weftGetLastError(nullptr));
+    weftComm_t part = nullptr;
+    RANK_CHECK(ctx, weftCommSplit(comm, 0, ctx.rank, &part, nullptr) == weftInvalidUsage && part == nullptr,
+               "a split after finalize");
+    RANK_CHECK(ctx, weftCommFinalize(comm) == weftInvalidUsage, "a second finalize");
+    weftResult_t async = weftInternalError;
+    RANK_WEFT(ctx, weftCommGetAsyncError(comm, &async));
+    RANK_CHECK(ctx, async == weftSuccess, "async error %d", async);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    return 0;
+  }));
+}
+
+TEST_CASE("host streams: a non-blocking communicator's finalize returns at once and is polled", "[streams][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    weftComm_t comm = nullptr;
+    weftResult_t rc = weftCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config);
+    RANK_CHECK(ctx, rc == weftInProgress, "non-blocking init returned %d", rc);
+    RANK_CHECK(ctx, pollAsync(comm) == weftSuccess, "init: %s", weftGetLastError(comm));
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    auto bufs = queueSums(ctx, comm, stream);
+    rc = weftCommFinalize(comm);
+    RANK_CHECK(ctx, rc == weftInProgress, "finalize returned %d", rc);
+    weftResult_t async = weftSuccess;
+    RANK_WEFT(ctx, weftCommGetAsyncError(comm, &async));
+    if (ctx.rank == 0) RANK_CHECK(ctx, async == weftInProgress, "finalized while rank 1 was asleep: %d", async);
+    RANK_CHECK(ctx, pollAsync(comm) == weftSuccess, "finalize: %s", weftGetLastError(comm));
+    RANK_CHECK(ctx, weftStreamQuery(stream) == weftSuccess, "work left on the stream after finalize");
+    for (auto& b : bufs) RANK_CHECK(ctx, b[4095] == 2.0, "value %g", b[4095]);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    return 0;
+  }));
+}
+
+TEST_CASE("host streams: finalize returns the error of queued work that failed", "[streams][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 3000);
+    if (comm == nullptr) return 1;
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    std::vector<float> v(ctx.rank == 0 ? 100 : 200, 1.0f);  // mismatched counts
+    RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, stream));
+    weftResult_t rc = weftCommFinalize(comm);
+    RANK_CHECK(ctx, rc != weftSuccess && rc != weftInProgress, "finalize returned %d", rc);
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "weftCommFinalize: an operation issued before it failed") &&
+                        contains(weftGetLastError(nullptr), "weftAllReduce"),
+               "text: %s", weftGetLastError(nullptr));
+    const weftResult_t streamError = weftStreamQuery(stream);
+    RANK_CHECK(ctx, streamError == rc, "the stream's error %d, finalize's %d", streamError, rc);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
     return 0;
   }));
 }

@@ -162,14 +162,23 @@ WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftCom
  * SLURM_NTASKS, ...), with WEFT_COMM_ID=host:port naming the root's listening address. */
 WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm);
 
+/* Lets every operation issued on comm so far finish (host and device streams, each by its
+ * deadline), and, where GPUs share buffers through CUDA IPC, meets the peers so that none still
+ * reads this rank's; afterwards comm takes no calls but weftCommDestroy (and the queries). A
+ * blocking communicator returns when that is done: weftSuccess, or the error of an operation
+ * that failed. A non-blocking one (config.blocking = 0) returns weftInProgress at once; poll
+ * weftCommGetAsyncError until it is no longer weftInProgress. As in NCCL, optional: destroy
+ * does the same when it was not called. */
+WEFT_API weftResult_t weftCommFinalize(weftComm_t comm);
+
 /* Waits for in-flight work (with the deadline), then frees the communicator. */
 WEFT_API weftResult_t weftCommDestroy(weftComm_t comm);
 
 /* Stops everything at once, wakes every waiter, frees the communicator. Safe after a failure. */
 WEFT_API weftResult_t weftCommAbort(weftComm_t comm);
 
-/* weftSuccess, weftInProgress while a non-blocking init runs, or the error that ended it; after
- * init, the first error of an operation that ran on a host stream. */
+/* weftSuccess, weftInProgress while a non-blocking init (or finalize) runs, or the error that
+ * ended it; after init, the first error of an operation that ran on a host stream. */
 WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError);
 
 WEFT_API weftResult_t weftCommCount(const weftComm_t comm, int* count);

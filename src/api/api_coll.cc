@@ -29,6 +29,9 @@ Result<std::shared_ptr<api::CommState>> usableComm(weftComm_t comm, const char* 
     return Status(static_cast<weftResult_t>(async), std::string(fn) + ": the communicator failed to initialize");
   }
   if (state->abortFlag.load()) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was aborted");
+  if (state->finalized.load(std::memory_order_relaxed)) {
+    return Status(weftInvalidUsage, std::string(fn) + ": the communicator was finalized (only weftCommDestroy may follow)");
+  }
   return state;
 }
 

@@ -22,8 +22,8 @@ using api::CommState;
 
 namespace weft::api {
 
-Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* blocking) {
-  *blocking = true;
+Status checkConfig(const weftConfig_t* config, core::CommConfig* out) {
+  out->blocking = true;  // not inherited by weftCommSplit
   if (config == nullptr) return Status::ok();
   if (config->magic != WEFT_CONFIG_MAGIC || config->size != sizeof(weftConfig_t)) {
     return Status(weftInvalidArgument, "the config was not made with WEFT_CONFIG_INITIALIZER (bad magic or size)");
@@ -32,7 +32,7 @@ Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* bloc
     if (config->blocking != 0 && config->blocking != 1) {
       return Status(weftInvalidArgument, formatString("config.blocking must be 0 or 1, got %d", config->blocking));
     }
-    *blocking = config->blocking == 1;
+    out->blocking = config->blocking == 1;
   }
   if (config->timeoutMs != WEFT_CONFIG_UNDEF_INT) {
     if (config->timeoutMs <= 0) {
@@ -44,7 +44,7 @@ Status checkConfig(const weftConfig_t* config, core::CommConfig* out, bool* bloc
 }
 
 weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id, int nranks, int rank,
-                              const core::CommConfig& config, bool blocking, std::string removeWhenReady,
+                              const core::CommConfig& config, bool runNow, std::string removeWhenReady,
                               int device) {
   auto state = std::make_shared<CommState>();
   state->device = device;
@@ -65,7 +65,7 @@ weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id
     state->asyncResult.store(status.code(), std::memory_order_release);
     return status;
   };
-  if (blocking) {
+  if (runNow) {
     Status status = work();
     if (!status.isOk()) {
       *comm = nullptr;
@@ -75,7 +75,7 @@ weftResult_t initCommunicator(weftComm_t* comm, const core::UniqueIdContents& id
     return weftSuccess;
   }
   try {
-    state->initThread = std::thread([work] { (void)work(); });
+    state->backgroundThread = std::thread([work] { (void)work(); });
   } catch (const std::system_error& e) {
     return api::reportError(Status(weftSystemError, std::string("cannot start the init thread: ") + e.what()));
   }
@@ -144,8 +144,8 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
     ~Done() { releasing().done(comm); }
   } done{comm};
   if (abort || state->asyncResult.load() == weftInProgress) state->abortFlag.store(true);
-  api::joinInit(*state);
-  if (!abort) api::quiesceDevice(*state);
+  api::joinBackground(*state);
+  if (!abort && !state->finalized.load()) api::quiesceDevice(*state);  // a finalize did it
   state->engine.shutdown();  // queued work runs out (fast, once aborted); nothing new is accepted
   api::releaseDeviceStaging(*state);
   state->communicator.reset();
@@ -176,8 +176,8 @@ extern "C" WEFT_API weftResult_t weftCommInitRankConfig(weftComm_t* comm, int nr
   }
   auto commConfig = core::defaultCommConfig();
   if (!commConfig.isOk()) return api::reportCallError(commConfig.status().withContext("weftCommInitRank"));
-  bool blocking = true;
-  Status checked = api::checkConfig(config, &commConfig.value(), &blocking);
+  Status checked = api::checkConfig(config, &commConfig.value());
+  const bool blocking = commConfig.value().blocking;
   if (!checked.isOk()) return api::reportCallError(checked.withContext("weftCommInitRank"));
   auto id = core::decodeUniqueId(commId);
   if (!id.isOk()) return api::reportCallError(id.status().withContext("weftCommInitRank"));
@@ -215,6 +215,55 @@ extern "C" WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm) {
 
 // NULL is no communicator, and releasing none succeeds, as in NCCL: cleanup code may release
 // what weftCommSplit's WEFT_SPLIT_NOCOLOR left NULL.
+extern "C" WEFT_API weftResult_t weftCommFinalize(weftComm_t comm) {
+  constexpr const char* fn = "weftCommFinalize";
+  auto state = api::lookupComm(comm);
+  if (!state) return api::reportError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
+  if (api::groupHolds(state.get())) {
+    return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": this thread's open group holds calls on the "
+                                                                       "communicator; call weftGroupEnd first"),
+                            state.get());
+  }
+  if (state->asyncResult.load() != weftSuccess || state->abortFlag.load()) {
+    return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, "
+                                                                       "failed or aborted)"),
+                            state.get());
+  }
+  if (state->finalized.exchange(true)) {
+    return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": the communicator was finalized already"),
+                            state.get());
+  }
+  // Every call issued before this one, on any host stream or device stream, runs out; then the
+  // device's peers are met, as destroy would (it skips that after a finalize).
+  auto flush = [state] {
+    Status drained = state->engine.runBlocking([] { return Status::ok(); });
+    if (!drained.isOk()) return drained.withContext("weftCommFinalize");
+    api::quiesceDevice(*state);
+    const int failed = state->backgroundError.load();
+    if (failed == weftSuccess) return Status::ok();
+    std::lock_guard<std::mutex> lock(state->lastErrorMutex);
+    return Status(static_cast<weftResult_t>(failed),
+                  "weftCommFinalize: an operation issued before it failed: " + state->lastError);
+  };
+  if (state->config.blocking) return api::reportError(flush(), state.get());
+  state->finalizeResult.store(weftInProgress);
+  std::lock_guard<std::mutex> lock(state->backgroundMutex);
+  if (state->backgroundThread.joinable()) state->backgroundThread.join();  // the init's, finished
+  try {
+    state->backgroundThread = std::thread([state, flush] {
+      Status status = flush();
+      if (!status.isOk()) api::reportError(status, state.get());
+      state->finalizeResult.store(status.code(), std::memory_order_release);
+    });
+  } catch (const std::system_error& e) {
+    state->finalizeResult.store(weftSuccess);
+    state->finalized.store(false);
+    return api::reportError(Status(weftSystemError, std::string(fn) + ": cannot start its thread: " + e.what()),
+                            state.get());
+  }
+  return weftInProgress;
+}
+
 extern "C" WEFT_API weftResult_t weftCommDestroy(weftComm_t comm) {
   if (comm == nullptr) return weftSuccess;
   return releaseCommunicator(comm, false, "weftCommDestroy");
@@ -230,7 +279,10 @@ extern "C" WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResu
   auto state = api::lookupComm(comm);
   if (!state) return api::reportError(Status(weftInvalidArgument, "weftCommGetAsyncError: invalid communicator"));
   auto init = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
-  *asyncError = init != weftSuccess ? init : static_cast<weftResult_t>(state->backgroundError.load());
+  auto background = static_cast<weftResult_t>(state->backgroundError.load());
+  *asyncError = init != weftSuccess         ? init
+                : background != weftSuccess ? background
+                                            : static_cast<weftResult_t>(state->finalizeResult.load(std::memory_order_acquire));
   return weftSuccess;
 }
 

@@ -96,10 +96,11 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
   *newcomm = nullptr;
   auto state = api::lookupComm(comm);
   if (!state) return api::reportCallError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
-  if (state->asyncResult.load() != weftSuccess || state->abortFlag.load()) {
+  if (state->asyncResult.load() != weftSuccess || state->abortFlag.load() || state->finalized.load()) {
     // It cannot take part in the exchange: the others' exchange ends at their timeout.
     return api::reportCallError(
-        Status(weftInvalidUsage, std::string(fn) + ": the communicator is not ready (initializing, failed or aborted)"),
+        Status(weftInvalidUsage,
+               std::string(fn) + ": the communicator is not ready (initializing, failed, aborted or finalized)"),
         state.get());
   }
   Status checked;
@@ -109,8 +110,7 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
     checked = Status(weftInvalidUsage, std::string(fn) + ": not allowed inside a group");
   }
   core::CommConfig newConfig = state->config;
-  bool blocking = true;
-  if (checked.isOk()) checked = api::checkConfig(config, &newConfig, &blocking).withContext(fn);
+  if (checked.isOk()) checked = api::checkConfig(config, &newConfig).withContext(fn);
   const int nranks = state->nranks, rank = state->rank;
 
   // Round 1: every rank's color and key; a rank whose arguments were rejected still takes part.
@@ -156,5 +156,5 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
                             state.get());
   }
   const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
-  return api::initCommunicator(newcomm, id.value(), static_cast<int>(members.size()), newRank, newConfig, blocking, "", state->device);
+  return api::initCommunicator(newcomm, id.value(), static_cast<int>(members.size()), newRank, newConfig, newConfig.blocking, "", state->device);
 }

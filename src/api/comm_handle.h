@@ -38,10 +38,12 @@ struct CommState {
   std::atomic<bool> released{false};  // destroyed or aborted: its handle no longer names it
   std::atomic<int> asyncResult{weftInProgress};  // weftResult_t; InProgress while init runs
   std::atomic<int> backgroundError{weftSuccess};     // first failure of a queued operation
+  std::atomic<bool> finalized{false};                // weftCommFinalize: no new calls
+  std::atomic<int> finalizeResult{weftSuccess};      // weftInProgress while a non-blocking finalize flushes
   std::unique_ptr<core::Communicator> communicator;  // set once init succeeded
   core::ProgressEngine engine;                       // runs the collectives in issue order
-  std::thread initThread;                            // non-blocking init; joined through joinInit
-  std::mutex initJoinMutex;
+  std::thread backgroundThread;  // a non-blocking init or finalize; joined through joinBackground
+  std::mutex backgroundMutex;
   std::string removeWhenReady;                       // local rendezvous file (rank 0)
   std::mutex redOpsMutex;
   std::vector<PreMulSumOp> redOps;
@@ -56,11 +58,11 @@ struct CommState {
   std::shared_ptr<DeviceIpc> ipc;             // GPU-to-GPU buffers, set up by the first use
 };
 
-// Waits for a non-blocking init to end. weftGroupEnd and destroy/abort (from a watchdog
-// thread, say) may both wait: one joins, the other waits for that.
-inline void joinInit(CommState& state) {
-  std::lock_guard<std::mutex> lock(state.initJoinMutex);
-  if (state.initThread.joinable()) state.initThread.join();
+// Waits for a non-blocking init or finalize to end. weftGroupEnd and destroy/abort (from a
+// watchdog thread, say) may both wait: one joins, the other waits for that.
+inline void joinBackground(CommState& state) {
+  std::lock_guard<std::mutex> lock(state.backgroundMutex);
+  if (state.backgroundThread.joinable()) state.backgroundThread.join();
 }
 
 weftComm_t registerComm(std::shared_ptr<CommState> state);

@@ -154,7 +154,7 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   // Inits first: each ends by its own deadline (the rendezvous's timeout) or abort.
   weftResult_t initResult = weftSuccess;
   for (const auto& state : group.inits) {
-    api::joinInit(*state);
+    api::joinBackground(*state);
     const auto rc = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
     if (initResult == weftSuccess && rc != weftSuccess) initResult = initFailed(*state, rc, "an init");
   }

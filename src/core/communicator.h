@@ -20,6 +20,7 @@ namespace weft::core {
 
 struct CommConfig {
   int timeoutMs = 300000;
+  bool blocking = true;  // weftConfig_t.blocking: false, init and finalize return weftInProgress
   int spinMicros = -1;  // WEFT_SPIN_US; -1: chosen from the ranks and cores on this host
   int streamsPerPeer = 1;
   transport::ShmOptions shm;
