@@ -98,6 +98,18 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(topo::pciDistance(gpu.gpus[0], gpu.nics[3]) >= topo::kCrossHostBridge);
   CHECK(topo::pciDistance(gpu.gpus[5], gpu.gpus[5]) == 0);
 
+  // A management port sorts after the fabric NICs, though its bus id is the lowest: channel c
+  // uses NIC c, and the GPUs' nearest NICs keep their indices.
+  auto managed = load("gpu8-nic4-mgmt.xml");
+  REQUIRE(managed.nics.size() == 5);
+  for (size_t k = 0; k < 4; ++k) {
+    CHECK(managed.nics[k].name == "mlx5_" + std::to_string(k));
+    CHECK(managed.nics[k].rdma);
+  }
+  CHECK(managed.nics[4].name == "eno1");
+  CHECK_FALSE(managed.nics[4].rdma);
+  CHECK(managed.nics[4].linkGBps < managed.nics[0].linkGBps);
+
   auto quiet = load("no-nic.xml");
   CHECK(quiet.nics.empty());
   CHECK(quiet.gpus.empty());
@@ -171,6 +183,31 @@ TEST_CASE("topology: live discovery round-trips through WEFT_TOPO_DUMP_FILE and 
   CHECK(again.value().cacheBytes == live.value().cacheBytes);
 }
 
+TEST_CASE("topology: a WEFT_TOPO_DUMP_FILE that cannot be written warns, and discovery goes on", "[topology]") {
+  setenv("WEFT_TOPO_DUMP_FILE", "/nonexistent-weft-dir/topo.xml", 1);
+  auto live = topo::discoverTopology();
+  unsetenv("WEFT_TOPO_DUMP_FILE");
+  INFO((live.isOk() ? std::string() : live.status().message()));
+  CHECK(live.isOk());
+}
+
+TEST_CASE("planner: a million ranks plan without a table of every pair", "[topology][planner]") {
+  // 4096 hosts x 256 ranks: the transports are worked out per pair when asked, and counted per
+  // host, where an n x n table would need a terabyte.
+  const auto host = load("laptop.xml");
+  std::vector<plan::RankPlacement> ranks(size_t{4096} * 256, plan::placeRank(host, 0, -1, 0));
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r].host = static_cast<int>(r / 256);
+  const auto plan = plan::makePlan(ranks);
+  CHECK(plan.hosts == 4096);
+  CHECK(plan::transportBetween(plan, ranks, 0, 255) == plan::Transport::Shm);
+  CHECK(plan::transportBetween(plan, ranks, 0, 256) == plan::Transport::Socket);
+  CHECK(plan::anySocketPair(plan, ranks));
+  const std::string text = plan::describePlan(plan, ranks);
+  // shm: 4096 * C(256, 2); socket: C(2^20, 2) minus those.
+  CHECK(text.find("pairs by transport: shm 133693440 socket 549621596160\n") != std::string::npos);
+  CHECK(text.find("device buffers") == std::string::npos);  // no GPUs: nothing to say
+}
+
 TEST_CASE("placement: a thread whose CPUs span two NUMA nodes is on neither", "[topology]") {
   cpu_set_t all;
   REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
@@ -198,7 +235,7 @@ TEST_CASE("placement: a thread whose CPUs span two NUMA nodes is on neither", "[
 }
 
 TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {
-  for (const char* name : {"laptop.xml", "server-2s.xml", "gpu8-nic4.xml", "no-nic.xml"}) {
+  for (const char* name : {"laptop.xml", "server-2s.xml", "gpu8-nic4.xml", "gpu8-nic4-mgmt.xml", "no-nic.xml"}) {
     const auto host = load(name);
     for (int hosts : {1, 2, 3, 4, 5, 8}) {
       for (int perHost : {1, 2, 4, 8}) {
@@ -208,7 +245,8 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
           const plan::Plan plan = plan::makePlan(ranks);
           INFO(plan::describePlan(plan, ranks));
           CHECK(plan.hosts == hosts);
-          const size_t expectChannels = hosts > 1 ? std::max<size_t>(1, host.nics.size()) : 1;
+          const size_t expectChannels =
+              hosts > 1 ? std::clamp<size_t>(host.nics.size(), 1, static_cast<size_t>(plan::kMaxChannels)) : 1;
           CHECK(plan.channels.size() == expectChannels);
           for (const auto& channel : plan.channels) {
             // Every rank exactly once; the ring crosses into each host once.
@@ -254,11 +292,11 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
           // over CUDA IPC within a host and are staged between hosts.
           for (int a = 0; a < n; ++a) {
             for (int b = 0; b < n; ++b) {
-              const auto t = plan.transport[static_cast<size_t>(a)][static_cast<size_t>(b)];
+              const auto t = plan::transportBetween(plan, ranks, a, b);
               const bool sameHost = ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host;
               const auto want = a == b ? plan::Transport::Self : sameHost ? plan::Transport::Shm : plan::Transport::Socket;
               CHECK(t == want);
-              const auto d = plan.deviceTransport[static_cast<size_t>(a)][static_cast<size_t>(b)];
+              const auto d = plan::deviceTransportBetween(ranks, a, b);
               CHECK(d == (a == b     ? plan::DeviceTransport::Self
                           : sameHost ? plan::DeviceTransport::CudaIpc
                                      : plan::DeviceTransport::Staged));
@@ -277,26 +315,37 @@ TEST_CASE("planner: a rank that may not use shared memory gets sockets to every 
   std::vector<plan::RankPlacement> ranks(3);
   ranks[1].sharedMemory = false;
   const plan::Plan plan = plan::makePlan(ranks);
-  CHECK(plan.transport[0][2] == plan::Transport::Shm);
-  CHECK(plan.transport[2][0] == plan::Transport::Shm);
+  CHECK(plan::transportBetween(plan, ranks, 0, 2) == plan::Transport::Shm);
+  CHECK(plan::transportBetween(plan, ranks, 2, 0) == plan::Transport::Shm);
   for (int peer : {0, 2}) {
-    CHECK(plan.transport[1][static_cast<size_t>(peer)] == plan::Transport::Socket);
-    CHECK(plan.transport[static_cast<size_t>(peer)][1] == plan::Transport::Socket);
+    CHECK(plan::transportBetween(plan, ranks, 1, peer) == plan::Transport::Socket);
+    CHECK(plan::transportBetween(plan, ranks, peer, 1) == plan::Transport::Socket);
   }
+  CHECK(plan::anySocketPair(plan, ranks));
+  CHECK(plan::describePlan(plan, ranks).find("pairs by transport: shm 1 socket 2\n") != std::string::npos);
+  ranks[1].sharedMemory = true;
+  CHECK_FALSE(plan::anySocketPair(plan::makePlan(ranks), ranks));
+  CHECK(plan::anySocketPair(plan::makePlan(ranks, plan::TransportPolicy::Socket), ranks));
 }
 
 TEST_CASE("planner: on 8 GPUs and 4 NICs each channel enters and leaves a host by its NIC's GPUs",
           "[topology][planner]") {
-  const auto host = load("gpu8-nic4.xml");
-  const auto ranks = layout(host, 2, 8);
-  const auto plan = plan::makePlan(ranks);
-  REQUIRE(plan.channels.size() == 4);
-  for (int c = 0; c < 4; ++c) {
-    const auto& ring = plan.channels[static_cast<size_t>(c)].ring;
-    // Host 0's segment ends at GPU 2c and host 1's begins at GPU 2c+1: both beside NIC c.
-    CHECK(ranks[static_cast<size_t>(ring[7])].gpu == 2 * c);
-    CHECK(ranks[static_cast<size_t>(ring[8])].gpu == 2 * c + 1);
-    CHECK(plan.channels[static_cast<size_t>(c)].nic[static_cast<size_t>(ring[7])] == c);
+  // With a management port beside the fabric too: it carries no channel.
+  for (const char* name : {"gpu8-nic4.xml", "gpu8-nic4-mgmt.xml"}) {
+    INFO(name);
+    const auto host = load(name);
+    const auto ranks = layout(host, 2, 8);
+    const auto plan = plan::makePlan(ranks);
+    REQUIRE(plan.channels.size() == 4);
+    for (int c = 0; c < 4; ++c) {
+      const auto& ring = plan.channels[static_cast<size_t>(c)].ring;
+      // Host 0's segment ends at GPU 2c and host 1's begins at GPU 2c+1: both beside NIC c.
+      CHECK(ranks[static_cast<size_t>(ring[7])].gpu == 2 * c);
+      CHECK(ranks[static_cast<size_t>(ring[8])].gpu == 2 * c + 1);
+      CHECK(plan.channels[static_cast<size_t>(c)].nic[static_cast<size_t>(ring[7])] == c);
+      for (int nic : plan.channels[static_cast<size_t>(c)].nic) CHECK(host.nics[static_cast<size_t>(nic)].rdma);
+    }
+    for (const auto& p : ranks) CHECK(host.nics[static_cast<size_t>(p.preferredNic)].rdma);
   }
 }
 

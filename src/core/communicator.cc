@@ -179,9 +179,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   plan::Plan plan = plan::makePlan(placements);
   if (rank == 0) WEFT_INFO("plan: %s", plan::describePlan(plan, placements).c_str());
   std::vector<std::vector<std::pair<int, int>>> channelNics;
-  for (int peer = 0; peer < nranks; ++peer) channelNics.push_back(plan::channelNics(plan, placements, rank, peer));
-  PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm,
-                plan.transport[static_cast<size_t>(rank)], std::move(channelNics), abortFlag);
+  std::vector<plan::Transport> transports;
+  bool deviceIpcEverywhere = true;
+  for (int peer = 0; peer < nranks; ++peer) {
+    channelNics.push_back(plan::channelNics(plan, placements, rank, peer));
+    transports.push_back(plan::transportBetween(plan, placements, rank, peer));
+    deviceIpcEverywhere = deviceIpcEverywhere &&
+                          plan::deviceTransportBetween(placements, rank, peer) != plan::DeviceTransport::Staged;
+  }
+  PeerMesh mesh(rank, std::move(rendezvous), id.secret, config.streamsPerPeer, config.shm, std::move(transports),
+                std::move(channelNics), abortFlag);
   auto communicator = std::unique_ptr<Communicator>(new Communicator(std::move(mesh), config, tuning, abortFlag));
   communicator->order_ = plan::rankOrderOf(plan);
   // Whether the arena may serve small all-reduces must be the same on every rank, so it is
@@ -196,13 +203,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   if (tuning.pipeline.streamingMinBytes == SIZE_MAX && communicator->layout_.cacheBytesPerRank > 0) {
     communicator->tuning_.pipeline.streamingMinBytes = communicator->layout_.cacheBytesPerRank / 2;
   }
-  communicator->deviceIpcEverywhere_ = std::all_of(
-      plan.deviceTransport[static_cast<size_t>(rank)].begin(), plan.deviceTransport[static_cast<size_t>(rank)].end(),
-      [](plan::DeviceTransport d) { return d != plan::DeviceTransport::Staged; });
+  communicator->deviceIpcEverywhere_ = deviceIpcEverywhere;
   // The model prices every algorithm by the slowest link any pair uses (as planned: the same on
   // every rank, so that all ranks choose alike).
-  bool anySocket = false;
-  for (const auto& r : plan.transport) anySocket = anySocket || std::count(r.begin(), r.end(), plan::Transport::Socket) > 0;
+  const bool anySocket = plan::anySocketPair(plan, placements);
   communicator->link_ = anySocket ? coll::defaultSocketCost() : coll::defaultSharedMemoryCost();
   coll::chooseChunkBytes(&communicator->tuning_, anySocket);
   if (tuning.measureLinks) WEFT_TRY(communicator->measureLinks());

@@ -113,6 +113,7 @@ std::vector<int> segment(const std::vector<int>& local, const std::vector<RankPl
 
 Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
   Plan plan;
+  plan.policy = policy;
   const int n = static_cast<int>(ranks.size());
   const auto byHost = ranksByHost(ranks);
   plan.hosts = static_cast<int>(byHost.size());
@@ -167,25 +168,61 @@ Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy) {
     }
   }
 
-  plan.transport.assign(static_cast<size_t>(n), std::vector<Transport>(static_cast<size_t>(n), Transport::Socket));
-  plan.deviceTransport.assign(static_cast<size_t>(n),
-                              std::vector<DeviceTransport>(static_cast<size_t>(n), DeviceTransport::Staged));
-  for (int a = 0; a < n; ++a) {
-    for (int b = 0; b < n; ++b) {
-      Transport& t = plan.transport[static_cast<size_t>(a)][static_cast<size_t>(b)];
-      DeviceTransport& d = plan.deviceTransport[static_cast<size_t>(a)][static_cast<size_t>(b)];
-      const bool sameHost = ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host;
-      if (a == b) {
-        t = Transport::Self;
-        d = DeviceTransport::Self;
-      } else if (sameHost) {
-        const bool shm = ranks[static_cast<size_t>(a)].sharedMemory && ranks[static_cast<size_t>(b)].sharedMemory;
-        if (policy != TransportPolicy::Socket && shm) t = Transport::Shm;
-        d = DeviceTransport::CudaIpc;
-      }
-    }
-  }
   return plan;
+}
+
+Transport transportBetween(const Plan& plan, const std::vector<RankPlacement>& ranks, int a, int b) {
+  if (a == b) return Transport::Self;
+  const RankPlacement& pa = ranks[static_cast<size_t>(a)];
+  const RankPlacement& pb = ranks[static_cast<size_t>(b)];
+  const bool shm = pa.host == pb.host && pa.sharedMemory && pb.sharedMemory;
+  return shm && plan.policy != TransportPolicy::Socket ? Transport::Shm : Transport::Socket;
+}
+
+DeviceTransport deviceTransportBetween(const std::vector<RankPlacement>& ranks, int a, int b) {
+  if (a == b) return DeviceTransport::Self;
+  return ranks[static_cast<size_t>(a)].host == ranks[static_cast<size_t>(b)].host ? DeviceTransport::CudaIpc
+                                                                                   : DeviceTransport::Staged;
+}
+
+namespace {
+
+// Ranks per host, and of those the ones that allow shared memory.
+struct HostCounts {
+  std::vector<long long> ranks, sharedMemory;
+};
+
+HostCounts countByHost(const Plan& plan, const std::vector<RankPlacement>& ranks) {
+  HostCounts counts;
+  counts.ranks.assign(static_cast<size_t>(plan.hosts), 0);
+  counts.sharedMemory.assign(static_cast<size_t>(plan.hosts), 0);
+  for (const RankPlacement& p : ranks) {
+    counts.ranks[static_cast<size_t>(p.host)]++;
+    counts.sharedMemory[static_cast<size_t>(p.host)] += p.sharedMemory ? 1 : 0;
+  }
+  return counts;
+}
+
+long long pairsAmong(long long k) { return k * (k - 1) / 2; }
+
+// Pairs of ranks by transport (Self left out), counted per host: no loop over all pairs.
+std::map<std::string, long long> pairsByTransport(const Plan& plan, const std::vector<RankPlacement>& ranks) {
+  const HostCounts counts = countByHost(plan, ranks);
+  long long shm = 0;
+  if (plan.policy != TransportPolicy::Socket) {
+    for (long long k : counts.sharedMemory) shm += pairsAmong(k);
+  }
+  std::map<std::string, long long> pairs;
+  if (shm > 0) pairs[transportName(Transport::Shm)] = shm;
+  const long long socket = pairsAmong(static_cast<long long>(ranks.size())) - shm;
+  if (socket > 0) pairs[transportName(Transport::Socket)] = socket;
+  return pairs;
+}
+
+}  // namespace
+
+bool anySocketPair(const Plan& plan, const std::vector<RankPlacement>& ranks) {
+  return pairsByTransport(plan, ranks).count(transportName(Transport::Socket)) > 0;
 }
 
 coll::RankOrder rankOrderOf(const Plan& plan) {
@@ -234,19 +271,15 @@ std::string describePlan(const Plan& plan, const std::vector<RankPlacement>& ran
     }
     out += "\n";
   }
-  std::map<std::string, int> edges;
-  for (size_t a = 0; a < plan.transport.size(); ++a) {
-    for (size_t b = a + 1; b < plan.transport.size(); ++b) edges[transportName(plan.transport[a][b])]++;
-  }
   out += "  pairs by transport:";
-  for (const auto& [name, count] : edges) out += formatString(" %s %d", name.c_str(), count);
-  int ipcPairs = 0, stagedPairs = 0;
-  for (size_t a = 0; a < plan.deviceTransport.size(); ++a) {
-    for (size_t b = a + 1; b < plan.deviceTransport.size(); ++b) {
-      (plan.deviceTransport[a][b] == DeviceTransport::CudaIpc ? ipcPairs : stagedPairs)++;
-    }
+  for (const auto& [name, count] : pairsByTransport(plan, ranks)) out += formatString(" %s %lld", name.c_str(), count);
+  out += "\n";
+  if (std::any_of(ranks.begin(), ranks.end(), [](const RankPlacement& p) { return p.gpu >= 0; })) {
+    long long ipcPairs = 0;
+    for (long long k : countByHost(plan, ranks).ranks) ipcPairs += pairsAmong(k);
+    out += formatString("  device buffers: cuda-ipc %lld, staged %lld pairs\n", ipcPairs,
+                        pairsAmong(static_cast<long long>(ranks.size())) - ipcPairs);
   }
-  out += formatString("\n  device buffers: cuda-ipc %d, staged %d pairs\n", ipcPairs, stagedPairs);
   return out;
 }
 

@@ -48,13 +48,20 @@ struct Channel {
 
 struct Plan {
   int hosts = 0;
+  TransportPolicy policy = TransportPolicy::Auto;
   std::vector<Channel> channels;
   std::array<Tree, 2> trees;
-  std::vector<std::vector<Transport>> transport;  // [rank][rank]
-  std::vector<std::vector<DeviceTransport>> deviceTransport;  // [rank][rank]
 };
 
 Plan makePlan(const std::vector<RankPlacement>& ranks, TransportPolicy policy = TransportPolicy::Auto);
+
+// The transport of each pair, worked out when asked rather than kept in an n x n table (a
+// million ranks would need a terabyte): shared memory between ranks of one host that both allow
+// it (unless the policy says sockets), sockets otherwise.
+Transport transportBetween(const Plan& plan, const std::vector<RankPlacement>& ranks, int a, int b);
+DeviceTransport deviceTransportBetween(const std::vector<RankPlacement>& ranks, int a, int b);
+// Whether any pair's transport is a socket.
+bool anySocketPair(const Plan& plan, const std::vector<RankPlacement>& ranks);
 
 // What the collective algorithms follow: the first channel's ring (every channel's, for the
 // ring all-reduce) and the two trees.

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
 #include "topo/topology.h"
 #include "util/env.h"
@@ -91,12 +92,17 @@ PciDevice describePci(hwloc_topology_t t, hwloc_obj_t pci, const std::vector<Num
   d.pciClass = pci->attr->pcidev.class_id;
   d.name = osNameOf(pci);
   d.netdev = netdevOf(pci);
+  d.linkGBps = pci->attr->pcidev.linkspeed;
+  for (hwloc_obj_t child = pci->io_first_child; child != nullptr; child = child->next_sibling) {
+    d.rdma = d.rdma || (child->type == HWLOC_OBJ_OS_DEVICE && child->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS);
+  }
   for (hwloc_obj_t up = pci->parent; up != nullptr && up->type == HWLOC_OBJ_BRIDGE; up = up->parent) {
     d.path.insert(d.path.begin(), up->gp_index);
   }
-  // The closest NUMA node: the first one in the nodeset of the device's non-I/O ancestor.
+  // The closest NUMA node: the one in the nodeset of the device's non-I/O ancestor; unknown
+  // where that spans several (a device hwloc could only attach to the whole machine).
   hwloc_obj_t cpuSide = hwloc_get_non_io_ancestor_obj(t, pci);
-  if (cpuSide != nullptr && cpuSide->nodeset != nullptr) {
+  if (cpuSide != nullptr && cpuSide->nodeset != nullptr && hwloc_bitmap_weight(cpuSide->nodeset) == 1) {
     int first = hwloc_bitmap_first(cpuSide->nodeset);
     for (size_t n = 0; n < nodes.size() && first >= 0; ++n) {
       if (nodes[n].osIndex == static_cast<unsigned>(first)) d.numaNode = static_cast<int>(n);
@@ -114,7 +120,11 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
   for (hwloc_obj_type_t level : {HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE}) {
     for (hwloc_obj_t c = hwloc_get_next_obj_by_type(t, level, nullptr); c != nullptr;
          c = hwloc_get_next_obj_by_type(t, level, c)) {
-      if (c->attr != nullptr) h.cacheBytes += c->attr->cache.size;
+      if (c->attr != nullptr && __builtin_add_overflow(h.cacheBytes, c->attr->cache.size, &h.cacheBytes)) {
+        WEFT_WARN("topology %s: its caches' sizes add up past 2^64 bytes; taken as unknown", h.source.c_str());
+        h.cacheBytes = 0;
+        break;
+      }
     }
     if (h.cacheBytes > 0) break;
   }
@@ -136,9 +146,13 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
     if (isGpu(pci)) h.gpus.push_back(describePci(t, pci, h.numaNodes));
     else if (isNic(pci)) h.nics.push_back(describePci(t, pci, h.numaNodes));
   }
-  auto byBus = [](const PciDevice& a, const PciDevice& b) { return a.busId < b.busId; };
-  std::sort(h.gpus.begin(), h.gpus.end(), byBus);
-  std::sort(h.nics.begin(), h.nics.end(), byBus);
+  std::sort(h.gpus.begin(), h.gpus.end(), [](const PciDevice& a, const PciDevice& b) { return a.busId < b.busId; });
+  // The NICs that carry a job's traffic first, since channel c uses each host's NIC c: RDMA
+  // ones, then faster PCIe links, then bus order. A 1 GbE management port, which most GPU
+  // servers have, so never takes a channel (and a quarter of the traffic) from a fabric NIC.
+  std::sort(h.nics.begin(), h.nics.end(), [](const PciDevice& a, const PciDevice& b) {
+    return std::make_tuple(!a.rdma, -a.linkGBps, a.busId) < std::make_tuple(!b.rdma, -b.linkGBps, b.busId);
+  });
   if (h.pus <= 0) return Status(weftSystemError, "topology " + h.source + " has no processing units");
   return h;
 }
@@ -190,10 +204,13 @@ Result<HostTopology> discoverTopology() {
   auto file = envString("WEFT_TOPO_FILE");
   WEFT_ASSIGN_OR_RETURN(HwlocTopology t, openTopology(file ? &*file : nullptr));
   if (auto dump = envString("WEFT_TOPO_DUMP_FILE")) {
+    // A diagnostic: failing to write it warns, as NCCL_TOPO_DUMP_FILE does, and init goes on.
     if (hwloc_topology_export_xml(t.get(), dump->c_str(), 0) != 0) {
-      return Status(weftSystemError, "WEFT_TOPO_DUMP_FILE: cannot write " + *dump + ": " + errnoString(errno));
+      WEFT_WARN("WEFT_TOPO_DUMP_FILE: cannot write %s (%s); not dumping the topology", dump->c_str(),
+                errnoString(errno).c_str());
+    } else {
+      WEFT_INFO("topology written to %s", dump->c_str());
     }
-    WEFT_INFO("topology written to %s", dump->c_str());
   }
   return fromHwloc(t.get(), file ? *file : "live");
 }

@@ -19,6 +19,8 @@ struct PciDevice {
   std::string name;       // its OS device ("eth0", "mlx5_0", "cuda0"), or the bus id
   std::string netdev;     // its network interface ("eth0", "ib0"; IPoIB for InfiniBand), "" if none
   int numaNode = -1;      // index into HostTopology::numaNodes of the closest node; -1 unknown
+  bool rdma = false;      // it has an OpenFabrics device (InfiniBand, RoCE)
+  double linkGBps = 0;    // its PCIe link's speed as hwloc reports it (0: unknown)
   // The bridges from the host bridge down to the device, as hwloc object ids: two devices
   // under the same switch share a longer prefix.
   std::vector<unsigned long long> path;

@@ -7,6 +7,8 @@
   gpu8-nic4.xml     2 packages with 48 MiB of L3 each; under each, 2 PCIe switches; under each
                     switch 2 GPUs (NVIDIA 3D controllers, cudaN) and 1 InfiniBand NIC (mlx5_N):
                     8 GPUs, 4 NICs
+  gpu8-nic4-mgmt.xml  the same with a 1 GbE management port (x1 link) at the lowest bus id, as
+                    most GPU servers have
   no-nic.xml        1 package, 8 cores, no caches described, a disk and nothing else on PCI
 
 Run it again after changing it; the files are checked in."""
@@ -57,9 +59,9 @@ def sets(cpus, nodes):
     return [("cpuset", c), ("complete_cpuset", c), ("nodeset", n), ("complete_nodeset", n)]
 
 
-def pci(busid, cls, vendor, device):
+def pci(busid, cls, vendor, device, link_speed="15.753846"):
     return [("pci_busid", busid), ("pci_type", f"{cls:04x} [{vendor:04x}:{device:04x}] [{vendor:04x}:0000] 01"),
-            ("pci_link_speed", "15.753846")]
+            ("pci_link_speed", link_speed)]
 
 
 def host_bridge(w, domain_bus_range):
@@ -71,8 +73,8 @@ def switch(w, busid, secondary_range, depth):
            + pci(busid, 0x0604, 0x10B5, 0x8747))
 
 
-def pci_device(w, busid, cls, vendor, device, osdevs):
-    w.open([("type", "PCIDev")] + pci(busid, cls, vendor, device))
+def pci_device(w, busid, cls, vendor, device, osdevs, link_speed="15.753846"):
+    w.open([("type", "PCIDev")] + pci(busid, cls, vendor, device, link_speed))
     for name, kind in osdevs:
         w.leaf([("type", "OSDev"), ("name", name), ("osdev_type", str(kind))])
     w.close()
@@ -150,6 +152,15 @@ def gpu_io(w, p):
     w.close()
 
 
+def gpu_mgmt_io(w, p):
+    """gpu_io, and on the first package a 1 GbE management port on a x1 link at the lowest bus id."""
+    if p == 0:
+        host_bridge(w, "0000:[00-0f]")
+        pci_device(w, "0000:02:00.0", 0x0200, 0x14E4, 0x165F, [("eno1", NETWORK)], link_speed="0.250000")
+        w.close()
+    gpu_io(w, p)
+
+
 def no_nic_io(w, p):
     host_bridge(w, "0000:[00-01]")
     pci_device(w, "0000:00:02.0", 0x0180, 0x1AF4, 0x1042, [("vda", BLOCK)])
@@ -161,6 +172,7 @@ def main():
         "laptop.xml": machine("laptop", 1, 4, 2, laptop_io, l3_mib=8),
         "server-2s.xml": machine("server", 2, 16, 1, server_io, l3_mib=32),
         "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io, l3_mib=48),
+        "gpu8-nic4-mgmt.xml": machine("gpunode", 2, 24, 2, gpu_mgmt_io, l3_mib=48),
         "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
     }
     for name, text in fixtures.items():

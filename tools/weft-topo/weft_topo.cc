@@ -10,6 +10,7 @@
 
 #include "coll/arena_allreduce.h"
 #include "coll/tuner.h"
+#include "core/bootstrap_wire.h"
 #include "plan/planner.h"
 #include "topo/topology.h"
 #include "weft-perf/perf_common.h"
@@ -20,19 +21,22 @@ constexpr const char* kTool = "weft-topo";
 
 void usage() {
   std::printf(
-      "Usage: weft-topo [--topo FILE.xml] [--hosts H] [--ranks-per-host R] [--gpus] [--dot FILE|-]\n"
+      "Usage: weft-topo [--topo FILE.xml] [--hosts H] [--ranks-per-host R] [--no-gpus] [--dot FILE|-]\n"
+      "       weft-topo [--topo FILE.xml] --predict N [--socket]\n"
       "Prints the topology (this machine's, or an hwloc XML file's) and the plan for H hosts\n"
       "like it with R ranks each (default 1 host, one rank per GPU or 2 without GPUs).\n"
-      "  --topo FILE          an hwloc XML file instead of the live machine (as WEFT_TOPO_FILE)\n"
-      "  --hosts H            hosts in the layout (default 1)\n"
-      "  --ranks-per-host R   ranks per host (default: the GPU count, or 2)\n"
-      "  --no-gpus            host-memory ranks even where the host has GPUs\n"
-      "  --dot FILE           also write the plan as Graphviz (- for stdout)\n"
-      "  --predict N          instead: the tuner's predicted all-reduce times for N ranks on one\n"
-      "                       such host over shared memory (--socket: sockets), 8 B to 64 MiB,\n"
-      "                       per algorithm, and its choice, as JSON lines\n"
+      "  -t, --topo FILE          an hwloc XML file instead of the live machine (as WEFT_TOPO_FILE)\n"
+      "  -H, --hosts H            hosts in the layout (default 1)\n"
+      "  -R, --ranks-per-host R   ranks per host (default: the GPU count, or 2); H x R at most %d\n"
+      "      --no-gpus            host-memory ranks even where the host has GPUs\n"
+      "  -d, --dot FILE           also write the plan as Graphviz; -: the graph alone on stdout,\n"
+      "                           the rest on stderr\n"
+      "      --predict N          instead: the tuner's predicted all-reduce times for N ranks on one\n"
+      "                           such host over shared memory (--socket: sockets), 8 B to 64 MiB,\n"
+      "                           per algorithm, and its choice, as JSON lines\n"
       "Exit status: 0 success, 1 the topology could not be read or the output written, 2 bad\n"
-      "command line.\n");
+      "command line.\n",
+      weft::core::kMaxRanks);
 }
 
 // 0, or 1 with a message where what went to stdout could not all be written (a full disk, a
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
   bool gpus = true;
   long predictRanks = 0;
   bool socketLinks = false;
+  bool layoutGiven = false;  // --hosts, --ranks-per-host, --no-gpus or --dot: not for --predict
   static const option kLong[] = {{"topo", required_argument, nullptr, 't'},
                                  {"hosts", required_argument, nullptr, 'H'},
                                  {"ranks-per-host", required_argument, nullptr, 'R'},
@@ -98,25 +103,46 @@ int main(int argc, char** argv) {
   while ((c = getopt_long(argc, argv, ":t:H:R:d:h", kLong, nullptr)) != -1) {
     const std::string arg = optarg ? optarg : "";
     switch (c) {
-      case 't': topoFile = arg; break;
+      case 't':
+        if (arg.empty()) return weftperf::usageError(kTool, "--topo: an empty file name");
+        topoFile = arg;
+        break;
       case 'H':
         if (!weftperf::parseInt(arg, 1, 4096, &hosts)) return weftperf::usageError(kTool, "--hosts: 1 to 4096");
+        layoutGiven = true;
         break;
       case 'R':
         if (!weftperf::parseInt(arg, 1, 1024, &perHost)) return weftperf::usageError(kTool, "--ranks-per-host: 1 to 1024");
+        layoutGiven = true;
         break;
-      case 'G': gpus = false; break;
-      case 'd': dotFile = arg; break;
+      case 'G':
+        gpus = false;
+        layoutGiven = true;
+        break;
+      case 'd':
+        if (arg.empty()) return weftperf::usageError(kTool, "--dot: an empty file name");
+        dotFile = arg;
+        layoutGiven = true;
+        break;
       case 'P':
         if (!weftperf::parseInt(arg, 2, 4096, &predictRanks)) return weftperf::usageError(kTool, "--predict: 2 to 4096 ranks");
         break;
       case 'S': socketLinks = true; break;
       case 'h': usage(); return 0;
-      case ':': return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
-      default: return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
+      // optopt names a short option (argv[optind - 1] may be a group of them, "-Zh"); 0 a long one.
+      case ':':
+        if (optopt != 0) return weftperf::usageError(kTool, "option -%c needs a value", optopt);
+        return weftperf::usageError(kTool, "option %s needs a value", argv[optind - 1]);
+      default:
+        if (optopt != 0) return weftperf::usageError(kTool, "unknown option -%c", optopt);
+        return weftperf::usageError(kTool, "unknown option %s", argv[optind - 1]);
     }
   }
   if (optind < argc) return weftperf::usageError(kTool, "unexpected argument '%s'", argv[optind]);
+  if (predictRanks > 0 && layoutGiven) {
+    return weftperf::usageError(kTool, "--predict takes no --hosts, --ranks-per-host, --no-gpus or --dot");
+  }
+  if (predictRanks == 0 && socketLinks) return weftperf::usageError(kTool, "--socket goes with --predict");
 
   auto loaded = topoFile.empty() ? weft::topo::discoverTopology() : weft::topo::loadTopologyXml(topoFile);
   if (!loaded.isOk()) {
@@ -125,10 +151,16 @@ int main(int argc, char** argv) {
   }
   const weft::topo::HostTopology& host = loaded.value();
   if (predictRanks > 0) return printPredictions(host, static_cast<int>(predictRanks), socketLinks);
-  std::printf("%s", weft::topo::describeTopology(host).c_str());
-
   const int gpuCount = gpus ? static_cast<int>(host.gpus.size()) : 0;
   if (perHost == 0) perHost = gpuCount > 0 ? gpuCount : 2;
+  if (hosts * perHost > weft::core::kMaxRanks) {
+    return weftperf::usageError(kTool, "%ld hosts x %ld ranks: more than Weft's %d ranks", hosts, perHost,
+                                weft::core::kMaxRanks);
+  }
+  // With the graph on stdout, everything else goes to stderr, so that `--dot - | dot` works.
+  FILE* text = dotFile == "-" ? stderr : stdout;
+  std::fprintf(text, "%s", weft::topo::describeTopology(host).c_str());
+
   std::vector<weft::plan::RankPlacement> ranks;
   const int numa = static_cast<int>(host.numaNodes.size());
   for (int h = 0; h < hosts; ++h) {
@@ -140,15 +172,15 @@ int main(int argc, char** argv) {
       ranks.push_back(p);
     }
   }
-  std::printf("\nranks (host, NUMA node, GPU, nearest NIC):\n");
+  std::fprintf(text, "\nranks (host, NUMA node, GPU, nearest NIC):\n");
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto& p = ranks[r];
     std::string nic = p.preferredNic >= 0 ? host.nics[static_cast<size_t>(p.preferredNic)].name : "none";
     std::string gpu = p.gpu >= 0 ? host.gpus[static_cast<size_t>(p.gpu)].name : "none";
-    std::printf("  rank %zu: host %d, NUMA %d, GPU %s, NIC %s\n", r, p.host, p.numaNode, gpu.c_str(), nic.c_str());
+    std::fprintf(text, "  rank %zu: host %d, NUMA %d, GPU %s, NIC %s\n", r, p.host, p.numaNode, gpu.c_str(), nic.c_str());
   }
   const auto plan = weft::plan::makePlan(ranks);
-  std::printf("\nplan: %s", weft::plan::describePlan(plan, ranks).c_str());
+  std::fprintf(text, "\nplan: %s", weft::plan::describePlan(plan, ranks).c_str());
   if (!dotFile.empty()) {
     const std::string dot = weft::plan::planToDot(plan, ranks);
     if (dotFile == "-") {
