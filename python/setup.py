@@ -1,12 +1,16 @@
-"""pip install ./python: builds weft_torch against an installed Weft (cmake --install build).
+"""pip install ./python: builds weft_torch against a Weft that is installed (cmake --install) or
+just built (the build tree).
 
-Finds Weft through pkg-config (PKG_CONFIG_PATH may point at PREFIX/lib/pkgconfig) or WEFT_PREFIX.
-Run with the Python that has torch (Debian: /usr/bin/python3). Debian's Python is externally
-managed and lacks pip and setuptools: install python3-pip and python3-setuptools and use a venv
-that sees the system's torch, e.g.
+Finds Weft through WEFT_PREFIX (an install prefix), else pkg-config: PKG_CONFIG_PATH may name
+PREFIX/lib/pkgconfig, or the build directory, whose weft-uninstalled.pc points at the build tree.
+Run with the Python that has torch (Debian: /usr/bin/python3), without build isolation (the
+build needs that torch). Debian's Python is externally managed and lacks pip and setuptools:
+install python3-pip, python3-setuptools and python3-venv and use a venv that sees the system's
+torch, e.g. after tools/setup.sh:
     /usr/bin/python3 -m venv --system-site-packages /tmp/weft-venv
-    /tmp/weft-venv/bin/pip install --no-build-isolation ./python
-The supported route, built and tested by tools/setup.sh and ctest, is CMake's build/python.
+    PKG_CONFIG_PATH=$PWD/build /tmp/weft-venv/bin/pip install --no-build-isolation ./python
+The module finds libweft where it was built against (its RUNPATH). The route that tools/setup.sh
+and ctest build and test is CMake's build/python.
 
 CUDA tensors: built in when torch has CUDA (torch.version.cuda), its toolkit is found (CUDA_HOME)
 and the installed Weft takes device buffers (weft.pc: gpu=cuda); WEFT_TORCH_CUDA=0 or 1 overrides.
@@ -14,27 +18,57 @@ and the installed Weft takes device buffers (weft.pc: gpu=cuda); WEFT_TORCH_CUDA
 
 import glob
 import os
+import re
 import subprocess
 
-import torch
+try:
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+except ImportError as e:
+    raise SystemExit("weft_torch: this Python cannot import torch, which the build needs. Use the Python that "
+                     "has it (Debian: /usr/bin/python3, or a venv made with --system-site-packages) and pip's "
+                     "--no-build-isolation") from e
 from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NOT_FOUND = ("weft_torch: cannot find Weft. Set WEFT_PREFIX to where `cmake --install` put it, or "
+             "PKG_CONFIG_PATH to PREFIX/lib/pkgconfig, or to the build directory (build tree, not installed)")
+
+
+def prefix_libdir(prefix):
+    """The directory under an install prefix that holds libweft: lib, lib64 or lib/<triplet>."""
+    found = sorted(glob.glob(os.path.join(prefix, "lib*", "libweft.so*")) +
+                   glob.glob(os.path.join(prefix, "lib", "*", "libweft.so*")))
+    if not found:
+        raise SystemExit(f"weft_torch: no libweft.so under WEFT_PREFIX={prefix} (lib, lib64 or lib/<triplet>)")
+    return os.path.dirname(found[0])
 
 
 def weft_flags():
     prefix = os.environ.get("WEFT_PREFIX")
     if prefix:
-        return [os.path.join(prefix, "include")], [os.path.join(prefix, "lib")]
+        return [os.path.join(prefix, "include")], [prefix_libdir(prefix)]
     try:
         cflags = subprocess.run(["pkg-config", "--cflags-only-I", "weft"], check=True, capture_output=True,
                                 text=True).stdout.split()
         libs = subprocess.run(["pkg-config", "--libs-only-L", "weft"], check=True, capture_output=True,
                               text=True).stdout.split()
     except (OSError, subprocess.CalledProcessError) as e:
-        raise SystemExit("weft_torch: cannot find Weft (install it and set PKG_CONFIG_PATH or WEFT_PREFIX)") from e
+        raise SystemExit(NOT_FOUND) from e
     return [f[2:] for f in cflags], [f[2:] for f in libs]
+
+
+def weft_version(includes):
+    """The found Weft's version, from its weft.h: the package's version is the library's."""
+    for directory in includes:
+        header = os.path.join(directory, "weft", "weft.h")
+        if os.path.exists(header):
+            with open(header) as f:
+                text = f.read()
+            parts = [re.search(rf"#define WEFT_{part}\s+(\d+)", text) for part in ("MAJOR", "MINOR", "PATCH")]
+            if all(parts):
+                return ".".join(m.group(1) for m in parts)
+    raise SystemExit(f"weft_torch: no weft/weft.h with a version in {includes}. " + NOT_FOUND)
 
 
 def weft_gpu():
@@ -62,13 +96,15 @@ def want_cuda():
 
 
 includes, libdirs = weft_flags()
+version = weft_version(includes)
 cuda = want_cuda()
-print(f"weft_torch: CUDA tensors {'built in' if cuda else 'not built (CPU tensors only)'}")
+print(f"weft_torch: Weft {version} from {', '.join(includes + libdirs)}; "
+      f"CUDA tensors {'built in' if cuda else 'not built (CPU tensors only)'}")
 sources = ["process_group_weft.cc", "issuing.cc", "weft_work.cc", "module.cc"] + (["device_lane.cc"] if cuda else [])
 Extension = CUDAExtension if cuda else CppExtension
 setup(
     name="weft_torch",
-    version="0.1.0",
+    version=version,
     description="Weft as a torch.distributed backend",
     packages=["weft_torch"],
     package_dir={"weft_torch": os.path.join(HERE, "weft_torch")},

@@ -38,12 +38,14 @@ done
 #                                     BLAS (the training benchmarks' test pass took minutes); serial, as
 #                                     each rank keeps to one thread (torch.set_num_threads(1))
 #   pybind11-dev python3-dev          ... its Python module
+#   python3-pip python3-setuptools    ... and `pip install ./python` (the README's other route,
+#   python3-venv                      tested by ctest in a venv that sees Debian's torch)
 #   zlib1g-dev dataset-fashion-mnist  the training examples' data (gzip'd IDX files)
 #   hipcc libamdhip64-dev             the HIP variant of the GPU path (CUDA, when present, is
 #                                     /usr/local/cuda: NVIDIA's, not a Debian package)
 packages=(build-essential cmake pkg-config catch2 libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev python3
   iproute2 procps libhwloc-dev clang libclang-rt-14-dev python3-torch libtorch-dev libopenblas0-serial pybind11-dev
-  python3-dev zlib1g-dev dataset-fashion-mnist hipcc libamdhip64-dev)
+  python3-dev python3-pip python3-setuptools python3-venv zlib1g-dev dataset-fashion-mnist hipcc libamdhip64-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -3,13 +3,21 @@
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
+#include <string>
+
 #include "process_group_weft.hpp"
+#include "weft/weft.h"
 
 PYBIND11_MODULE(_weft_torch, m) {
   m.doc() = "Weft as a torch.distributed backend";
   m.def("create_process_group", &weft_torch::ProcessGroupWeft::create, pybind11::arg("store"), pybind11::arg("rank"),
         pybind11::arg("size"), pybind11::arg("timeout"),
         "Makes this rank's Weft process group (what torch.distributed calls for backend \"weft\").");
+  // The libweft this module loaded, as weftGetVersion reports it ("0.1.0").
+  int code = 0;
+  weftGetVersion(&code);
+  m.attr("weft_version") = std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+                           std::to_string(code % 100);
 #ifdef WEFT_TORCH_CUDA
   m.attr("cuda_tensors") = true;
 #else

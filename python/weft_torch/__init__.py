@@ -13,7 +13,9 @@ import inspect
 
 import torch.distributed as dist
 
-from ._weft_torch import create_process_group, cuda_tensors
+from ._weft_torch import create_process_group, cuda_tensors, weft_version
+
+__version__ = weft_version  # the libweft loaded, which the package is built with
 
 BACKEND_NAME = "weft"
 
@@ -25,4 +27,4 @@ if not hasattr(dist.Backend, BACKEND_NAME.upper()):
     else:
         dist.Backend.register_backend(BACKEND_NAME, create_process_group)
 
-__all__ = ["BACKEND_NAME", "create_process_group", "cuda_tensors"]
+__all__ = ["BACKEND_NAME", "create_process_group", "cuda_tensors", "weft_version"]
