@@ -15,7 +15,9 @@ for busbw is copy_gbps at the same size, the faster of memcpy and a streaming-st
 bench/mem_bound_probe.cc).
 
 Each JSON argument may be a comma-separated list of runs of the same sweep (bench/compare
---repeats); the table then holds the per-size medians. With --round-speeds NRANKS B/A,B/A,...
+--repeats); the table then holds the per-size medians (where the lists of one --run differ in
+length, each list's medians over all its runs, with a warning, and no --round-speeds). With
+--round-speeds NRANKS B/A,B/A,...
 (cpu-pair-latency's median before and after each round, in ns), a round whose two readings lie
 more than 1.5x apart (the machine changed speed during it, and timed Weft and its peer at
 different speeds) is left out where other rounds remain, and so is a steady round more than
@@ -28,8 +30,10 @@ enforced through the exit status), for all-reduce:
 and for broadcast and all-gather (no probe input):
   * Weft's busbw >= Open MPI's at every size >= 64 KiB.
 
-Exit status: 0 when the inputs were read and no row reports wrong elements (whether or not
-the targets were met), 1 when an input cannot be used or a data check failed, 2 for bad usage.
+Exit status: 0 when the inputs were read and every row's data check passed ("wrong": 0 in
+both placements; whether or not the targets were met), 1 when an input cannot be used (it holds
+no usable row, say) or a data check failed (wrong elements, or "wrong" not a count), 2 for bad
+usage.
 """
 
 import argparse
@@ -87,7 +91,7 @@ def load_probe(path):
             continue
         bound.setdefault(size, float(copy))
     if not bound:
-        warn(f"probe results {path} hold no rows")
+        raise InputError(f"probe results {path} hold no usable rows")
     return bound
 
 
@@ -348,21 +352,24 @@ def main(argv=None):
             parser.error(f"--run: '{nranks_text}' is not a rank count")
         all_weft, all_mpi = weft_path.split(","), mpi_path.split(",")
         all_probe = run[3].split(",") if want == 4 else []
-        keep, rounds_line = steady_rounds(speeds.get(nranks_text), len(all_weft))
         if len(all_mpi) != len(all_weft) or len(all_probe) not in (0, len(all_weft)):
-            if rounds_line:
-                warn(f"{nranks} ranks: the runs' counts differ, so every round is kept")
-            keep, rounds_line = list(range(len(all_weft))), None
+            # No round pairs its runs with the others': each list's medians over all its runs.
+            counts = f"{len(all_weft)} weft, {len(all_mpi)} mpi" + (f", {len(all_probe)} probe" if all_probe else "")
+            warn(f"{nranks} ranks: the runs' round counts differ ({counts}), so every round is kept"
+                 + ("; --round-speeds ignored" if nranks_text in speeds else ""))
+            keep, rounds_line = None, None
+        else:
+            keep, rounds_line = steady_rounds(speeds.get(nranks_text), len(all_weft))
 
         def kept(paths):
-            return [paths[i] for i in keep] if paths else []
+            return paths if keep is None else [paths[i] for i in keep]
 
         try:
             weft = load_median_rows(kept(all_weft), f"weft ({nranks} ranks)", args.collective, redop, nranks)
             mpi = load_median_rows(kept(all_mpi), f"mpi ({nranks} ranks)", args.collective, redop, nranks)
             bound = median_probe(kept(all_probe)) if want == 4 else {}
             checked = [(weft, "weft"), (mpi, "mpi")]
-            if len(keep) < len(all_weft):  # every round's data checks count, kept or not
+            if keep is not None and len(keep) < len(all_weft):  # every round's data checks count, kept or not
                 checked = [(load_median_rows(paths, f"{name} ({nranks} ranks)", args.collective, redop, nranks), name)
                            for paths, name in ((all_weft, "weft"), (all_mpi, "mpi"))]
         except InputError as e:

@@ -16,8 +16,10 @@ Targets (reported, never enforced through the exit status):
   * Weft's busbw >= Gloo's at every size >= 1 MiB;
   * Weft's 8-byte time <= 1/5 of Gloo's.
 
-Exit status: 0 when the inputs were read and no row reports wrong elements (whether or not
-the targets were met), 1 when an input cannot be used or a data check failed, 2 for bad usage.
+Exit status: 0 when the inputs were read and every row's data check passed ("wrong": 0 in
+both placements; whether or not the targets were met), 1 when an input cannot be used (it holds
+no usable row, say) or a data check failed (wrong elements, or "wrong" not a count: null from
+a run with -c 0, a string, ...), 2 for bad usage.
 """
 
 import argparse
@@ -73,9 +75,9 @@ def load_rows(path, label, collective="allreduce", redop="sum", nranks=None):
         if size in rows:
             warn(f"{label}: more than one row for {size} B; using the first")
             continue
-        rows[size] = row
+        rows[size] = dict(row, size=size, nranks=row_ranks)  # numbers, whatever the JSON spelled
     if not rows:
-        warn(f"{label} results {path} hold no {collective} float {redop} rows")
+        raise InputError(f"{label} results {path} hold no usable {collective} float {redop} rows")
     return rows
 
 
@@ -94,12 +96,19 @@ def load_median_rows(paths, label, collective="allreduce", redop="sum", nranks=N
                 values = [metric(run[size], placement, key) for run in runs]
                 if all(v is not None for v in values):
                     row[placement][key] = statistics.median(values)
+            # The worst run's: one that is not a count at all, else the largest count.
             wrongs = [run[size][placement].get("wrong") for run in runs]
-            counted = [w for w in wrongs if isinstance(w, (int, float)) and not isinstance(w, bool)]
-            if counted:
-                row[placement]["wrong"] = max(counted)
+            invalid = [w for w in wrongs if not is_count(w)]
+            row[placement]["wrong"] = invalid[0] if invalid else max(wrongs)
         rows[size] = row
+    if not rows:
+        raise InputError(f"{label}: no size is in every one of the {len(paths)} runs")
     return rows
+
+
+def is_count(value):
+    """Whether a "wrong" value is an element count: an int >= 0 (not a bool, string or null)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def metric(row, placement, key):
@@ -113,13 +122,18 @@ def metric(row, placement, key):
 
 
 def wrong_rows(rows, label):
-    """Descriptions of rows whose check found wrong elements."""
+    """Descriptions of rows whose data check did not pass: only "wrong": 0 passes; a count
+    above 0 found wrong elements, and anything else (null: not checked, a string, true, a
+    float, absent) is no data check at all."""
     bad = []
     for size, row in sorted(rows.items()):
         for placement in ("oop", "ip"):
             wrong = row[placement].get("wrong")
-            if isinstance(wrong, (int, float)) and not isinstance(wrong, bool) and wrong != 0:
-                bad.append(f"{label} {human_size(size)} {placement}: {int(wrong)} wrong")
+            if not is_count(wrong):
+                found = f"\"wrong\": {json.dumps(wrong)}" if "wrong" in row[placement] else "no \"wrong\""
+                bad.append(f"{label} {human_size(size)} {placement}: no data check ({found}, not an element count)")
+            elif wrong != 0:
+                bad.append(f"{label} {human_size(size)} {placement}: {wrong} wrong")
     return bad
 
 
@@ -310,7 +324,7 @@ def main(argv=None):
 
     try:
         weft = load_rows(args.weft, "weft")
-        gloo = load_rows(args.gloo, "gloo", nranks=next(iter(weft.values()))["nranks"] if weft else None)
+        gloo = load_rows(args.gloo, "gloo", nranks=next(iter(weft.values()))["nranks"])
     except InputError as e:
         print(f"compare_table: {e}", file=sys.stderr)
         return 1

@@ -10,10 +10,35 @@
 # Records bench/results/YYYY-MM-DD-ddp-vs-gloo.md (-2, -3, ... where the day has one already).
 #   Usage: bench/ddp_compare.sh [STEPS [ROUNDS]]   (defaults 60 and 3; BUILD_DIR)
 set -euo pipefail
+usage() {
+  cat <<'EOF'
+Usage: bench/ddp_compare.sh [STEPS [ROUNDS]]
+  STEPS   steps of the 20M-parameter MLP in each of its runs (default 60)
+  ROUNDS  rounds of the MLP runs, each taking turns between weft, gloo and no exchange (default 3)
+Records bench/results/YYYY-MM-DD-ddp-vs-gloo.md (-2, -3, ... where the day has one already).
+Environment: BUILD_DIR (default: <repo>/build)
+EOF
+}
+# Before any run: a bad argument would otherwise start the benchmark, or record a run of no rounds.
+case ${1:-} in
+  -h | --help) usage; exit 0 ;;
+esac
+if (($# > 2)); then
+  echo "ddp_compare: at most 2 arguments (STEPS ROUNDS), got $#" >&2
+  usage >&2
+  exit 2
+fi
+steps=${1-60}
+rounds=${2-3}
+for arg in "STEPS=$steps" "ROUNDS=$rounds"; do
+  if ! [[ ${arg#*=} =~ ^[1-9][0-9]{0,8}$ ]]; then
+    echo "ddp_compare: ${arg%%=*} must be a whole number from 1 to 999999999, not '${arg#*=}'" >&2
+    usage >&2
+    exit 2
+  fi
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-steps=${1:-60}
-rounds=${2:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 py=/usr/bin/python3

@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 TYPES = ("float", "bfloat16")  # kernel_bench's names for float32 and bfloat16
+SIZES = (16 << 10, 256 << 10, 64 << 20)  # bytes per array: kernel_bench.cc's kSizes, all it registers
 TARGET = 0.90
 
 
@@ -47,7 +48,11 @@ def run_bench(args):
     if result.returncode != 0:
         sys.exit("kernel_ratio: %s failed (%d):\n%s"
                  % (args.bench, result.returncode, result.stderr))
-    return json.loads(result.stdout)
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError as e:
+        sys.exit("kernel_ratio: %s printed no JSON report (%s); is --size one it registers?"
+                 % (args.bench, e))
 
 
 def medians(report):
@@ -62,12 +67,33 @@ def medians(report):
     return rates
 
 
+def positive(kind):
+    """An argparse type: a finite number of `kind` (int or float) above 0."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("'%s' is not %s" % (text, "a whole number" if kind is int else "a number"))
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError("%s is not a finite number above 0" % text)
+        return value
+    return parse
+
+
+def human_size(size):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            return "%d %s" % (size >> shift, unit)
+    return "%d B" % size
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", default=default_bench(), help="kernel_bench binary")
-    parser.add_argument("--size", type=int, default=64 << 20, help="bytes per array")
-    parser.add_argument("--repetitions", type=int, default=5)
-    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per repetition")
+    parser.add_argument("--size", type=int, choices=SIZES, default=64 << 20,
+                        help="bytes per array, one kernel_bench registers (default: %(default)s)")
+    parser.add_argument("--repetitions", type=positive(int), default=5, help="runs per figure (default: 5)")
+    parser.add_argument("--min-time", type=positive(float), default=0.2, help="seconds per repetition")
     parser.add_argument("--strict", action="store_true", help="exit 1 below the target")
     args = parser.parse_args()
     if not os.path.exists(args.bench):
@@ -88,9 +114,9 @@ def main():
     isas.sort(key=lambda isa: (order.index(isa) if isa in order else len(order), isa))
 
     context = report.get("context", {})
-    print("kernel_bench on %s CPUs at %s MHz, active ISA %s; %d MiB per array, median of %d"
+    print("kernel_bench on %s CPUs at %s MHz, active ISA %s; %s per array, median of %d"
           % (context.get("num_cpus", "?"), context.get("mhz_per_cpu", "?"),
-             context.get("weft_active_isa", "?"), args.size >> 20, args.repetitions))
+             context.get("weft_active_isa", "?"), human_size(args.size), args.repetitions))
     print("%-24s %8.2f GB/s" % ("bound (float a+b->c)", bound / 1e9))
     missed = False
     for isa in isas:

@@ -5,7 +5,7 @@ recursive doubling and one-shot up to 512 KiB), beside the model's predictions f
 (weft-topo --predict; with --tune measure, the predictions the communicators logged at
 WEFT_DEBUG=INFO after fitting the model to all-reduces timed at init, each algorithm's from
 the runs that timed it) and the tuner's own choice. Prints the tables and records them in
-bench/results/YYYY-MM-DD-tuner-accuracy.md.
+bench/results/YYYY-MM-DD-tuner-accuracy.md (-2, -3, ... where the day has one already).
 
 Targets (reported, not enforced): predictions within 25% of the measured time where the machine
 is quiet, and the tuner never choosing an algorithm measured more than 1.5x slower than the
@@ -25,9 +25,25 @@ import subprocess
 import sys
 import tempfile
 
+from compare_table import unused_record_path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
 ALGOS = {"ring": "ring", "tree": "tree", "rd": "recursive-doubling", "oneshot": "one-shot"}
+
+
+def fail(message, status=1):
+    """Exits with `status` after one line on stderr, named for the script that runs."""
+    print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def tool(name):
+    """BUILD_DIR's bin/NAME; exits 1 where it is not built."""
+    path = os.path.join(BUILD, "bin", name)
+    if not os.access(path, os.X_OK):
+        fail(f"{path} is missing; build the tree first (cmake --build {BUILD}) or point BUILD_DIR at one")
+    return path
 
 
 def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False, log_predictions=False):
@@ -40,11 +56,16 @@ def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False,
         env["WEFT_ALGO"] = f"allreduce:{algo}"
     if log_choices or log_predictions:
         env["WEFT_DEBUG"] = "INFO"
-    cmd = [os.path.join(BUILD, "bin", "weftrun"), "-n", str(nranks), os.path.join(BUILD, "bin", "weft-perf"),
+    cmd = [tool("weftrun"), "-n", str(nranks), tool("weft-perf"),
            "allreduce", "-b", min_bytes, "-e", max_bytes, "-f", "4", "-n", str(iters), "-w", "3", "-c", "0",
            "-J", path]
-    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE if log_choices or log_predictions else None, text=True)
+    if done.returncode != 0:
+        if done.stderr:
+            sys.stderr.write(done.stderr)
+        fail(f"weft-perf on {nranks} ranks ({algo or 'nothing forced'}, {min_bytes} to {max_bytes} B) failed "
+             f"(exit status {done.returncode})")
     with open(path, encoding="utf-8") as f:
         times = {row["size"]: row["oop"]["time_us"] for row in json.load(f)}
     if log_predictions:
@@ -107,24 +128,43 @@ def communicator_choices(nranks, top, work):
 def cpu_pair_latency():
     """The cross-CPU cache-line round trip over 2 s (cpu-pair-latency's summary), or None where
     the tool is not built or this machine has one CPU."""
-    tool = os.path.join(BUILD, "bin", "cpu-pair-latency")
-    if not os.path.exists(tool):
+    path = os.path.join(BUILD, "bin", "cpu-pair-latency")
+    if not os.path.exists(path):
         return None
-    done = subprocess.run([tool], capture_output=True, text=True)
+    done = subprocess.run([path], capture_output=True, text=True)
     match = re.search(r"min (\d+) median (\d+) max (\d+)", done.stdout)
     return "{1} ns (min {0}, max {2})".format(*match.groups()) if done.returncode == 0 and match else None
 
 
+class SyntheticError(ValueError):
+    """hwloc did not take a synthetic description."""
+
+
 def predictions(nranks, synthetic=""):
     """weft-topo --predict's rows by size, for this host or, with `synthetic`, for the host that
-    hwloc synthetic description gives (HWLOC_SYNTHETIC)."""
+    hwloc synthetic description gives (HWLOC_SYNTHETIC). hwloc ignores a description it cannot
+    parse and reads the live machine instead: that raises SyntheticError, told by the topology
+    weft-topo dumps (WEFT_TOPO_DUMP_FILE), which names its backend."""
     env = dict(os.environ)
-    if synthetic:
-        env["HWLOC_SYNTHETIC"] = synthetic
-        env.pop("WEFT_TOPO_FILE", None)  # it would take precedence
-    out = subprocess.run([os.path.join(BUILD, "bin", "weft-topo"), "--predict", str(nranks)], env=env, check=True,
-                         capture_output=True, text=True).stdout
-    return {row["size"]: row for row in map(json.loads, out.splitlines())}
+    with tempfile.TemporaryDirectory() as work:
+        dump = os.path.join(work, "topology.xml")
+        if synthetic:
+            env["HWLOC_SYNTHETIC"] = synthetic
+            env["WEFT_TOPO_DUMP_FILE"] = dump
+            env.pop("WEFT_TOPO_FILE", None)  # it would take precedence
+        command = [tool("weft-topo"), "--predict", str(nranks)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            fail(f"{' '.join(command)} failed (exit status {done.returncode}): {done.stderr.strip()}")
+        if synthetic:
+            try:
+                with open(dump, encoding="utf-8") as f:
+                    took = re.search(r'<info\s+name="Backend"\s+value="Synthetic"', f.read()) is not None
+            except OSError as e:
+                raise SyntheticError(f"weft-topo dumped no topology to check it by ({e.strerror})") from e
+            if not took:
+                raise SyntheticError("hwloc did not accept it (it read the live machine instead)")
+    return {row["size"]: row for row in map(json.loads, done.stdout.splitlines())}
 
 
 def human(size):
@@ -134,15 +174,29 @@ def human(size):
     return f"{size} B"
 
 
+def positive_int(text):
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 and 4 ranks, up to 8 MiB, one run")
-    parser.add_argument("--repeats", type=int, default=5, help="runs per configuration; the median is kept")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="runs per configuration (at least 1); the median is kept")
     parser.add_argument("--tune", choices=("defaults", "measure"), default="defaults",
                         help="WEFT_TUNE for every run; measure: the predictions are the communicators' own")
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--name", default="", help="appended to the results file's name, e.g. a run's label")
     args = parser.parse_args()
+    for name in ["weftrun", "weft-perf"] + (["weft-topo"] if args.tune == "defaults" else []):
+        tool(name)  # before any run
     os.environ["WEFT_TUNE"] = args.tune  # for every run
     rank_counts = [2, 4] if args.quick else [2, 4, 8]
     top, repeats = ("8M", 1) if args.quick else ("32M", args.repeats)
@@ -223,7 +277,7 @@ def main():
                             text=True).stdout.strip()
     suffix = ("-quick" if args.quick else "") + ("-measured" if args.tune == "measure" else "") + \
         (f"-{args.name}" if args.name else "")
-    path = os.path.join(ROOT, "bench", "results", f"{today}-tuner-accuracy{suffix}.md")
+    path = unused_record_path(os.path.join(ROOT, "bench", "results"), f"{today}-tuner-accuracy{suffix}")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join([
             f"# Tuner: predicted vs measured all-reduce, {today}", "",

@@ -15,7 +15,7 @@ import argparse
 import re
 import sys
 
-from tuner_accuracy import predictions  # weft-topo --predict, BUILD_DIR's
+from tuner_accuracy import SyntheticError, fail, predictions, tool  # weft-topo --predict, BUILD_DIR's
 
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
 
@@ -25,13 +25,22 @@ def main():
     parser.add_argument("record")
     parser.add_argument("--synthetic", default="", help="the recorded host as an hwloc synthetic topology")
     args = parser.parse_args()
+    try:
+        with open(args.record, encoding="utf-8") as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"cannot read {args.record}: {getattr(e, 'strerror', None) or e}")
+    tool("weft-topo")  # exits 1 where BUILD_DIR has none
     recorded, rescored, pred = [], [], None
     small_rings = reproduced = 0
-    for line in open(args.record, encoding="utf-8"):
+    for line in lines:
         section = re.match(r"## (\d+) ranks", line)
         if section:
             nranks = int(section.group(1))
-            pred = predictions(nranks, args.synthetic)
+            try:
+                pred = predictions(nranks, args.synthetic)
+            except SyntheticError as e:
+                parser.error(f"--synthetic '{args.synthetic}': {e}")
             continue
         row = re.match(r"\| (\d+) (B|KiB|MiB) \| ([^|]*) \| ([^|]*) \|", line)
         if not (pred and row):
