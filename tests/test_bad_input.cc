@@ -92,6 +92,18 @@ TEST_CASE("bad input: buffers, counts, types, ops and streams", "[badinput]") {
            "overlapping buffers");
     expect(weftAllReduce(buf, buf, SIZE_MAX / 2, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument,
            "overflows", "count overflow");
+    // Counts far past the buffer (which used to plan a schedule until memory ran out, or throw
+    // std::bad_alloc through the C API): the buffer's last byte is not mapped memory.
+    expect(weftAllReduce(buf, buf, size_t{1} << 48, weftInt8, weftSum, comm, nullptr), weftInvalidArgument,
+           "is count larger than the buffer?", "2^48 bytes in a 32-byte buffer");
+    expect(weftAllReduce(buf, buf, SIZE_MAX, weftInt8, weftSum, comm, nullptr), weftInvalidArgument,
+           "is count larger than the buffer?", "SIZE_MAX bytes");
+    expect(weftAllReduce(buf, buf, SIZE_MAX / 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument,
+           "is count larger than the buffer?", "SIZE_MAX / 4 floats");
+    expect(weftBroadcast(buf, buf, size_t{1} << 40, weftFloat64, 0, comm, nullptr), weftInvalidArgument,
+           "is count larger than the buffer?", "2^43 bytes broadcast");
+    std::vector<float> large(size_t{1} << 20, 1.0f);  // mapped: passes the check
+    RANK_WEFT(ctx, weftAllReduce(large.data(), large.data(), large.size(), weftFloat32, weftSum, comm, nullptr));
     int fakeStream = 0;
     expect(weftAllReduce(buf, buf, 4, weftFloat32, weftSum, comm, &fakeStream), weftInvalidArgument, "stream",
            "non-NULL stream");

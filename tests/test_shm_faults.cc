@@ -138,6 +138,22 @@ TEST_CASE("shm: kill -9 of a rank during small all-reduces on the arena: survivo
       });
 }
 
+TEST_CASE("shm: a survivor spinning as long as WEFT_SPIN_US allows still sees a killed rank gone", "[shm][faults]") {
+  // WEFT_SPIN_US takes up to 10 s; the arena's wait used to look at the peer (and the deadline)
+  // only after its spin, so a survivor failed 10 s after the kill whatever the timeout.
+  setenv("WEFT_SPIN_US", "10000000", 1);
+  expectSurvivorsFail(
+      30000, 5, [](weftResult_t rc) { return rc == weftRemoteError; },
+      [](RankContext& ctx, weftComm_t comm) {
+        float x = 1;
+        RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+        if (ctx.rank == 2) raise(SIGKILL);
+        const auto killedBy = Clock::now();
+        return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
+      });
+  unsetenv("WEFT_SPIN_US");
+}
+
 TEST_CASE("shm: kill -9 of a rank during large all-gathers on the arena: survivors see it gone", "[shm][faults]") {
   constexpr int kTimeoutMs = 30000;
   expectSurvivorsFail(

@@ -114,6 +114,7 @@ weftResult_t submit(const char* fn, weftComm_t comm, weftStream_t stream, core::
       auto where = api::callIsOnDevice(fn, cs, call, use.value());
       onDevice = where.isOk() && where.value();
       checked = where.status();
+      if (checked.isOk() && !onDevice) checked = api::checkHostBuffersMapped(fn, call, use.value());
     }
   }
   int scalarDevice = -1;

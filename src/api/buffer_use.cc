@@ -1,6 +1,10 @@
 #include "api/buffer_use.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <vector>
 
@@ -95,6 +99,39 @@ std::optional<std::pair<size_t, size_t>> firstWriteOverlap(std::span<const Ranke
     if (s.writes) writes.add(s);
   }
   return std::nullopt;
+}
+
+namespace {
+
+// Whether the first and last of `bytes` at `p` are mapped; true where the kernel cannot say
+// (process_vm_readv refused, by seccomp say): only EFAULT is an answer.
+bool rangeMapped(const void* p, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  if (begin + (bytes - 1) < begin) return false;  // past the end of the address space
+  char first = 0, last = 0;
+  iovec local[2] = {{&first, 1}, {&last, 1}};
+  iovec remote[2] = {{reinterpret_cast<void*>(begin), 1}, {reinterpret_cast<void*>(begin + (bytes - 1)), 1}};
+  const ssize_t got = process_vm_readv(getpid(), local, 2, remote, 2, 0);
+  return got == 2 || (got < 0 && errno != EFAULT);
+}
+
+}  // namespace
+
+Status checkHostBuffersMapped(const char* fn, const core::CollectiveCall& call, const BufferUse& use) {
+  const struct {
+    bool used;
+    const void* at;
+    size_t bytes;
+    const char* name;
+  } buffers[] = {{use.send, call.send, use.sendBytes, "sendbuff"}, {use.recv, call.recv, use.recvBytes, "recvbuff"}};
+  for (const auto& b : buffers) {
+    if (!b.used || b.at == nullptr || b.bytes < kMappedCheckBytes || rangeMapped(b.at, b.bytes)) continue;
+    return Status(weftInvalidArgument,
+                  formatString("%s: %s %p holds no %zu bytes of mapped memory (count %zu of %s): is count larger "
+                               "than the buffer?", fn, b.name, b.at, b.bytes, call.count,
+                               kernels::dataTypeName(call.type)));
+  }
+  return Status::ok();
 }
 
 }  // namespace weft::api

@@ -22,6 +22,13 @@ struct BufferUse {
 // error when count x nranks would.
 Result<BufferUse> bufferUse(const char* fn, const core::CollectiveCall& call, int rank, int nranks);
 
+// For a host call of at least kMappedCheckBytes: an error where a buffer's first or last byte is
+// not mapped memory in this process, the usual sign of a count larger than the buffer (which
+// would otherwise fault mid-call, or plan a schedule for terabytes). Two bytes read by
+// process_vm_readv, a microsecond against the tens a call of that size takes.
+constexpr size_t kMappedCheckBytes = size_t{1} << 20;
+Status checkHostBuffersMapped(const char* fn, const core::CollectiveCall& call, const BufferUse& use);
+
 // A call of a group as the rank that makes it sees it.
 struct RankedCall {
   core::CollectiveCall call;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,7 +87,16 @@ Status withCallContext(Status status, const char* fn, const core::Communicator& 
 template <typename Op>
 Status runOnComm(CommState& state, const char* fn, Op& op) {
   if (!state.communicator) return Status(weftInvalidUsage, std::string(fn) + ": the communicator was destroyed");
-  Status status = op(*state.communicator);
+  Status status;
+  try {  // no exception crosses the C boundary: a schedule too large for memory is an error
+    status = op(*state.communicator);
+  } catch (const std::bad_alloc&) {
+    status = Status(weftSystemError, "out of memory for the call's schedule or scratch buffers");
+    state.communicator->failWith(status);  // peers may be mid-call with this rank
+  } catch (const std::exception& e) {
+    status = Status(weftInternalError, std::string("unexpected exception: ") + e.what());
+    state.communicator->failWith(status);
+  }
   // Formatted only on failure: this runs on every call's latency path.
   if (status.isOk()) return status;
   if (state.communicator->failed()) {  // broken for good: weftCommGetAsyncError says so too

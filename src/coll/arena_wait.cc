@@ -34,6 +34,23 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
     if (arena.published(peer, seq)) return Status::ok();
     cpuRelax();
   }
+  // The deadline starts here rather than at the call: reading the clock for it on every call
+  // would cost a small all-reduce 5%. It bounds the spin too, however long WEFT_SPIN_US asks.
+  if (!*deadline) *deadline = Deadline::afterMs(context.timeoutMs).earlier(context.deadline);
+  auto timedOut = [&] {
+    return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for data from %s", context.collective,
+                                            context.timeoutMs, describe(context, peer).c_str()));
+  };
+  // An error where the peer's shared-memory connection has closed (it died or failed) without
+  // publishing: a peer may publish, finish its call and exit between one look and the next;
+  // what it published stays readable in this rank's mapping.
+  auto peerGone = [&]() -> Status {
+    if (context.connections == nullptr) return Status::ok();
+    WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, **deadline));
+    Status alive = connection->checkPeerAlive();
+    if (alive.isOk() || arena.published(peer, seq)) return Status::ok();
+    return alive.withContext(context.collective);
+  };
   const auto spinUntil = std::chrono::steady_clock::now() + context.spinTime;
   for (unsigned i = 1;; ++i) {
     if (arena.published(peer, seq)) return Status::ok();
@@ -42,27 +59,16 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
       if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
       if (std::chrono::steady_clock::now() >= spinUntil) break;
     }
+    if (i % 4096 == 0) {  // a spin of milliseconds or more
+      if ((*deadline)->expired()) return timedOut();
+      WEFT_TRY(peerGone());
+    }
   }
-  // The deadline starts here rather than at the call: reading the clock for it on every call
-  // would cost a small all-reduce 5%, and the spin before this is bounded.
-  if (!*deadline) *deadline = Deadline::afterMs(context.timeoutMs).earlier(context.deadline);
   for (;;) {
     if (arena.published(peer, seq)) return Status::ok();
     if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
-    if ((*deadline)->expired()) {
-      return Status(weftTimeout, formatString("%s: timed out after %d ms waiting for data from %s",
-                                              context.collective, context.timeoutMs,
-                                              describe(context, peer).c_str()));
-    }
-    if (context.connections != nullptr) {
-      WEFT_ASSIGN_OR_RETURN(transport::Connection * connection, context.connections->connection(peer, **deadline));
-      if (Status alive = connection->checkPeerAlive(); !alive.isOk()) {
-        // A peer may publish, finish its call and exit between the look above and this one;
-        // what it published stays readable in this rank's mapping.
-        if (arena.published(peer, seq)) return Status::ok();
-        return alive.withContext(context.collective);
-      }
-    }
+    if ((*deadline)->expired()) return timedOut();
+    WEFT_TRY(peerGone());
     const auto slice =
         std::min<std::chrono::milliseconds>(kSleepSlice, std::chrono::milliseconds((*deadline)->remainingMs()));
     arena.sleepUntilPublished(peer, seq, slice);

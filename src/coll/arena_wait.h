@@ -13,8 +13,9 @@ namespace weft::coll {
 // Waits until `peer` has published call `seq`: spins a little, then yields the core between
 // looks (ranks that share cores need it to publish) until context.spinTime has passed, then
 // sleeps on the slot's futex in slices, checking abort, the deadline and the peer's connection
-// between them. *deadline is set by the first wait that gets that far (timeoutMs from then, or
-// context.deadline if sooner) and kept for the rest of the call. context.connections may be null
+// between them (and every few thousand yields of a long spin). *deadline is set by the first
+// wait that gets past the first look or so (timeoutMs from then, or context.deadline if sooner)
+// and kept for the rest of the call. context.connections may be null
 // (a caller off the progress engine's thread, which must not touch the connections): peers are
 // then named by rank, and a dead one is seen only at the deadline.
 Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context,

@@ -64,8 +64,8 @@ class RootServer {
       if (!fd.isOk()) {
         // Accept failed (out of descriptors): the connection stays queued and the listener
         // readable, so wait a little before trying again, not spin.
-        if (!acceptFailed_) WEFT_WARN("bootstrap root: %s; retrying", fd.status().message().c_str());
-        acceptFailed_ = true;
+        if (acceptError_.empty()) WEFT_WARN("bootstrap root: %s; retrying", fd.status().message().c_str());
+        acceptError_ = fd.status().message();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         return;
       }
@@ -207,8 +207,9 @@ class RootServer {
       if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
     if (count > 16) missing += formatString(" and %d more", count - 16);
-    fail(weftTimeout, formatString("bootstrap: %d of %d ranks joined before the timeout; missing rank(s): %s",
-                                   joinedCount_, nranks_, missing.c_str()));
+    fail(weftTimeout, formatString("bootstrap: %d of %d ranks joined before the timeout; missing rank(s): %s%s%s",
+                                   joinedCount_, nranks_, missing.c_str(),
+                                   acceptError_.empty() ? "" : "; the root could not accept: ", acceptError_.c_str()));
   }
 
   void fail(weftResult_t code, const std::string& message) {
@@ -225,7 +226,7 @@ class RootServer {
   }
 
   UniqueFd listenFd_;
-  bool acceptFailed_ = false;  // warned about it
+  std::string acceptError_;  // why accept last failed; warned once
   Secret secret_;
   Deadline deadline_;
   int nranks_ = 0;

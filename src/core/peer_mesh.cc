@@ -148,7 +148,9 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
     }
     Status s = acceptAndSort(deadline);
     if (s.code() == weftTimeout) {
-      return Status(weftTimeout, describe(peer) + " never connected before the timeout");
+      // Where this rank could not accept, that is the likelier cause: say so.
+      return Status(weftTimeout, describe(peer) + " never connected before the timeout" +
+                                     (acceptError_.empty() ? "" : "; this rank could not accept: " + acceptError_));
     }
     WEFT_TRY(s);
   }
@@ -209,8 +211,8 @@ void PeerMesh::acceptReady() {
       if (!fd.isOk()) {
         // Out of descriptors, say: the connection stays queued and the listener readable, so
         // pause before the next look rather than spin.
-        if (!acceptFailed_) WEFT_WARN("rank %d: %s; retrying", rank_, fd.status().message().c_str());
-        acceptFailed_ = true;
+        if (acceptError_.empty()) WEFT_WARN("rank %d: %s; retrying", rank_, fd.status().message().c_str());
+        acceptError_ = fd.status().message();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         return;
       }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "coll/executor.h"
@@ -86,7 +87,7 @@ class PeerMesh final : public coll::ConnectionProvider {
     Deadline deadline = Deadline::never();
   };
   std::vector<PendingHello> pending_;
-  bool acceptFailed_ = false;  // warned that accept fails (out of descriptors, say)
+  std::string acceptError_;  // why accept last failed (out of descriptors, say); warned once
   std::map<int, std::vector<transport::UniqueFd>> arrived_;  // accepted streams by peer, in stream order
   bool connected_ = false;  // connectAll has run
   std::set<int> brokenRails_;  // local NICs whose rail could not connect (see connectStream)
