@@ -98,6 +98,15 @@ void expectSurvivorsFail(int timeoutMs, double withinSeconds, bool (*accepted)(w
   }
 }
 
+// An arena all-reduce (after one that set the arena up) during which rank 2 dies.
+KilledCall killDuringSmallAllReduce(RankContext& ctx, weftComm_t comm) {
+  float x = 1;
+  RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+  if (ctx.rank == 2) raise(SIGKILL);
+  const auto killedBy = Clock::now();
+  return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
+}
+
 }  // namespace
 
 TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/shm is clean", "[shm][faults]") {
@@ -129,13 +138,7 @@ TEST_CASE("shm: kill -9 of a rank during small all-reduces on the arena: survivo
   constexpr int kTimeoutMs = 30000;
   expectSurvivorsFail(
       kTimeoutMs, kTimeoutMs / 1000.0 / 2, [](weftResult_t rc) { return rc == weftRemoteError; },
-      [](RankContext& ctx, weftComm_t comm) {
-        float x = 1;
-        RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
-        if (ctx.rank == 2) raise(SIGKILL);
-        const auto killedBy = Clock::now();
-        return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
-      });
+      killDuringSmallAllReduce);
 }
 
 TEST_CASE("shm: a survivor spinning as long as WEFT_SPIN_US allows still sees a killed rank gone", "[shm][faults]") {
@@ -144,13 +147,7 @@ TEST_CASE("shm: a survivor spinning as long as WEFT_SPIN_US allows still sees a 
   setenv("WEFT_SPIN_US", "10000000", 1);
   expectSurvivorsFail(
       30000, 5, [](weftResult_t rc) { return rc == weftRemoteError; },
-      [](RankContext& ctx, weftComm_t comm) {
-        float x = 1;
-        RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
-        if (ctx.rank == 2) raise(SIGKILL);
-        const auto killedBy = Clock::now();
-        return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
-      });
+      killDuringSmallAllReduce);
   unsetenv("WEFT_SPIN_US");
 }
 
