@@ -213,8 +213,6 @@ extern "C" WEFT_API weftResult_t weftCommInitFromEnv(weftComm_t* comm) {
   return api::initCommunicator(comm, info.id, info.nranks, info.rank, config.value(), true, info.idFileToRemove, gpu::currentDevice());
 }
 
-// NULL is no communicator, and releasing none succeeds, as in NCCL: cleanup code may release
-// what weftCommSplit's WEFT_SPLIT_NOCOLOR left NULL.
 extern "C" WEFT_API weftResult_t weftCommFinalize(weftComm_t comm) {
   constexpr const char* fn = "weftCommFinalize";
   auto state = api::lookupComm(comm);
@@ -264,6 +262,8 @@ extern "C" WEFT_API weftResult_t weftCommFinalize(weftComm_t comm) {
   return weftInProgress;
 }
 
+// NULL is no communicator, and releasing none succeeds, as in NCCL: cleanup code may release
+// what weftCommSplit's WEFT_SPLIT_NOCOLOR left NULL.
 extern "C" WEFT_API weftResult_t weftCommDestroy(weftComm_t comm) {
   if (comm == nullptr) return weftSuccess;
   return releaseCommunicator(comm, false, "weftCommDestroy");
