@@ -19,6 +19,8 @@ import re
 import subprocess
 import sys
 
+from compare_table import human_size
+
 TYPES = ("float", "bfloat16")  # kernel_bench's names for float32 and bfloat16
 SIZES = (16 << 10, 256 << 10, 64 << 20)  # bytes per array: kernel_bench.cc's kSizes, all it registers
 TARGET = 0.90
@@ -78,13 +80,6 @@ def positive(kind):
             raise argparse.ArgumentTypeError("%s is not a finite number above 0" % text)
         return value
     return parse
-
-
-def human_size(size):
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift:
-            return "%d %s" % (size >> shift, unit)
-    return "%d B" % size
 
 
 def main():

@@ -1,7 +1,6 @@
 #include "plan/planner.h"
 
 #include <algorithm>
-#include <map>
 #include <tuple>
 
 #include "util/status.h"
@@ -187,42 +186,34 @@ DeviceTransport deviceTransportBetween(const std::vector<RankPlacement>& ranks, 
 
 namespace {
 
-// Ranks per host, and of those the ones that allow shared memory.
-struct HostCounts {
-  std::vector<long long> ranks, sharedMemory;
-};
-
-HostCounts countByHost(const Plan& plan, const std::vector<RankPlacement>& ranks) {
-  HostCounts counts;
-  counts.ranks.assign(static_cast<size_t>(plan.hosts), 0);
-  counts.sharedMemory.assign(static_cast<size_t>(plan.hosts), 0);
-  for (const RankPlacement& p : ranks) {
-    counts.ranks[static_cast<size_t>(p.host)]++;
-    counts.sharedMemory[static_cast<size_t>(p.host)] += p.sharedMemory ? 1 : 0;
-  }
-  return counts;
-}
-
 long long pairsAmong(long long k) { return k * (k - 1) / 2; }
 
-// Pairs of ranks by transport (Self left out), counted per host: no loop over all pairs.
-std::map<std::string, long long> pairsByTransport(const Plan& plan, const std::vector<RankPlacement>& ranks) {
-  const HostCounts counts = countByHost(plan, ranks);
-  long long shm = 0;
-  if (plan.policy != TransportPolicy::Socket) {
-    for (long long k : counts.sharedMemory) shm += pairsAmong(k);
+// Pairs of ranks (Self left out), counted from the ranks per host: no loop over all pairs.
+struct PairCounts {
+  long long shm = 0, socket = 0;  // by host transport
+  long long sameHost = 0, all = 0;
+};
+
+PairCounts countPairs(const Plan& plan, const std::vector<RankPlacement>& ranks) {
+  std::vector<long long> onHost(static_cast<size_t>(plan.hosts), 0), sharedMemory(onHost);
+  for (const RankPlacement& p : ranks) {
+    onHost[static_cast<size_t>(p.host)]++;
+    sharedMemory[static_cast<size_t>(p.host)] += p.sharedMemory ? 1 : 0;
   }
-  std::map<std::string, long long> pairs;
-  if (shm > 0) pairs[transportName(Transport::Shm)] = shm;
-  const long long socket = pairsAmong(static_cast<long long>(ranks.size())) - shm;
-  if (socket > 0) pairs[transportName(Transport::Socket)] = socket;
+  PairCounts pairs;
+  pairs.all = pairsAmong(static_cast<long long>(ranks.size()));
+  for (size_t h = 0; h < onHost.size(); ++h) {
+    pairs.sameHost += pairsAmong(onHost[h]);
+    if (plan.policy != TransportPolicy::Socket) pairs.shm += pairsAmong(sharedMemory[h]);
+  }
+  pairs.socket = pairs.all - pairs.shm;
   return pairs;
 }
 
 }  // namespace
 
 bool anySocketPair(const Plan& plan, const std::vector<RankPlacement>& ranks) {
-  return pairsByTransport(plan, ranks).count(transportName(Transport::Socket)) > 0;
+  return countPairs(plan, ranks).socket > 0;
 }
 
 coll::RankOrder rankOrderOf(const Plan& plan) {
@@ -271,14 +262,14 @@ std::string describePlan(const Plan& plan, const std::vector<RankPlacement>& ran
     }
     out += "\n";
   }
+  const PairCounts pairs = countPairs(plan, ranks);
   out += "  pairs by transport:";
-  for (const auto& [name, count] : pairsByTransport(plan, ranks)) out += formatString(" %s %lld", name.c_str(), count);
+  if (pairs.shm > 0) out += formatString(" %s %lld", transportName(Transport::Shm), pairs.shm);
+  if (pairs.socket > 0) out += formatString(" %s %lld", transportName(Transport::Socket), pairs.socket);
   out += "\n";
   if (std::any_of(ranks.begin(), ranks.end(), [](const RankPlacement& p) { return p.gpu >= 0; })) {
-    long long ipcPairs = 0;
-    for (long long k : countByHost(plan, ranks).ranks) ipcPairs += pairsAmong(k);
-    out += formatString("  device buffers: cuda-ipc %lld, staged %lld pairs\n", ipcPairs,
-                        pairsAmong(static_cast<long long>(ranks.size())) - ipcPairs);
+    out += formatString("  device buffers: cuda-ipc %lld, staged %lld pairs\n", pairs.sameHost,
+                        pairs.all - pairs.sameHost);
   }
   return out;
 }
