@@ -35,21 +35,9 @@ topo::HostTopology load(const char* name) {
   return t.value();
 }
 
-// hosts x ranksPerHost ranks, every host like `host`; local rank l gets GPU l when the host has
-// that many, and a NUMA node spread evenly.
+// hosts x ranksPerHost ranks, every host like `host`, as weft-topo lays them out.
 std::vector<plan::RankPlacement> layout(const topo::HostTopology& host, int hosts, int ranksPerHost) {
-  std::vector<plan::RankPlacement> ranks;
-  const int numa = static_cast<int>(host.numaNodes.size());
-  for (int h = 0; h < hosts; ++h) {
-    for (int l = 0; l < ranksPerHost; ++l) {
-      const int gpu = l < static_cast<int>(host.gpus.size()) ? l : -1;
-      const int node = gpu >= 0 ? host.gpus[static_cast<size_t>(gpu)].numaNode : l * numa / ranksPerHost;
-      plan::RankPlacement p = plan::placeRank(host, node, gpu, l);
-      p.host = h;
-      ranks.push_back(p);
-    }
-  }
-  return ranks;
+  return plan::layoutHosts(host, hosts, ranksPerHost, true);
 }
 
 int depthOf(const plan::Tree& t, int node) {
@@ -109,6 +97,20 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(managed.nics[4].name == "eno1");
   CHECK_FALSE(managed.nics[4].rdma);
   CHECK(managed.nics[4].linkGBps < managed.nics[0].linkGBps);
+
+  // A memory-only NUMA node (CXL): hwloc gives it every CPU's locality, but no CPU is its own,
+  // and it does not make the NICs' nodes unknown. An FPGA (class 0x1200, Xilinx) is no GPU.
+  auto cxl = load("server-2s-cxl.xml");
+  REQUIRE(cxl.numaNodes.size() == 3);
+  CHECK(cxl.numaNodes[0].cpus.size() == 16);
+  CHECK(cxl.numaNodes[1].cpus.size() == 16);
+  CHECK(cxl.numaNodes[2].cpus.empty());
+  CHECK(cxl.numaOfCpu(20) == 1);
+  REQUIRE(cxl.nics.size() == 2);
+  CHECK(cxl.nics[0].numaNode == 0);
+  CHECK(cxl.nics[1].numaNode == 1);
+  CHECK(cxl.gpus.empty());
+  for (const auto& r : plan::layoutHosts(cxl, 1, 6, true)) CHECK(r.numaNode != 2);
 
   auto quiet = load("no-nic.xml");
   CHECK(quiet.nics.empty());
@@ -235,7 +237,8 @@ TEST_CASE("placement: a thread whose CPUs span two NUMA nodes is on neither", "[
 }
 
 TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {
-  for (const char* name : {"laptop.xml", "server-2s.xml", "gpu8-nic4.xml", "gpu8-nic4-mgmt.xml", "no-nic.xml"}) {
+  for (const char* name : {"laptop.xml", "server-2s.xml", "server-2s-cxl.xml", "gpu8-nic4.xml", "gpu8-nic4-mgmt.xml",
+                           "no-nic.xml"}) {
     const auto host = load(name);
     for (int hosts : {1, 2, 3, 4, 5, 8}) {
       for (int perHost : {1, 2, 4, 8}) {

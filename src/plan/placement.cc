@@ -40,6 +40,29 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
   return p;
 }
 
+std::vector<RankPlacement> layoutHosts(const topo::HostTopology& host, int hosts, int ranksPerHost, bool useGpus) {
+  const int gpus = useGpus ? static_cast<int>(host.gpus.size()) : 0;
+  std::vector<int> withCpus;
+  for (size_t n = 0; n < host.numaNodes.size(); ++n) {
+    if (!host.numaNodes[n].cpus.empty()) withCpus.push_back(static_cast<int>(n));
+  }
+  const long spread = static_cast<long>(withCpus.size());
+  std::vector<RankPlacement> ranks;
+  ranks.reserve(static_cast<size_t>(hosts) * static_cast<size_t>(std::max(ranksPerHost, 0)));
+  for (int h = 0; h < hosts; ++h) {
+    for (int l = 0; l < ranksPerHost; ++l) {
+      const int gpu = l < gpus ? l : -1;
+      const int node = gpu >= 0      ? host.gpus[static_cast<size_t>(gpu)].numaNode
+                       : spread == 0 ? -1
+                                     : withCpus[static_cast<size_t>(l * spread / ranksPerHost)];
+      RankPlacement p = placeRank(host, node, gpu, l);
+      p.host = h;
+      ranks.push_back(p);
+    }
+  }
+  return ranks;
+}
+
 double ranksPerCpu(const std::vector<RankPlacement>& ranks) {
   std::map<int, std::pair<int, int>> hosts;  // host -> (ranks, CPUs)
   for (const RankPlacement& r : ranks) {

@@ -26,6 +26,11 @@ struct RankPlacement {
 // node, else localRank's share of the host's NICs. host is filled in by the caller.
 RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, int localRank);
 
+// A layout of hosts x ranksPerHost ranks on hosts like `host`, as weft-topo shows one: local
+// rank l drives GPU l where the host has that many (and useGpus), and ranks without a GPU
+// spread evenly over the NUMA nodes that have CPUs (memory-only nodes, CXL or HBM, run nothing).
+std::vector<RankPlacement> layoutHosts(const topo::HostTopology& host, int hosts, int ranksPerHost, bool useGpus);
+
 // Ranks per CPU on the most crowded host (hosts grouped by RankPlacement::host, CPUs as the
 // host's ranks report them); 1 where CPUs are unknown.
 double ranksPerCpu(const std::vector<RankPlacement>& ranks);

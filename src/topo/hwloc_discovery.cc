@@ -36,10 +36,13 @@ using HwlocTopology = std::unique_ptr<hwloc_topology, TopologyDeleter>;
 
 constexpr unsigned kVendorNvidia = 0x10de, kVendorAmd = 0x1002;
 
+// A device CUDA or HIP can drive: NVIDIA's or AMD's display controllers (0x03: H100s are 3D
+// controllers) and processing accelerators (0x12: AMD Instinct). Another vendor's accelerator
+// (an FPGA, a Gaudi) is no GPU of Weft's, and neither is a server's BMC VGA.
 bool isGpu(hwloc_obj_t pci) {
   const unsigned base = pci->attr->pcidev.class_id >> 8;
   const unsigned vendor = pci->attr->pcidev.vendor_id;
-  return (base == 0x03 && (vendor == kVendorNvidia || vendor == kVendorAmd)) || base == 0x12;  // display / accelerator
+  return (base == 0x03 || base == 0x12) && (vendor == kVendorNvidia || vendor == kVendorAmd);
 }
 
 bool isNic(hwloc_obj_t pci) {
@@ -99,16 +102,49 @@ PciDevice describePci(hwloc_topology_t t, hwloc_obj_t pci, const std::vector<Num
   for (hwloc_obj_t up = pci->parent; up != nullptr && up->type == HWLOC_OBJ_BRIDGE; up = up->parent) {
     d.path.insert(d.path.begin(), up->gp_index);
   }
-  // The closest NUMA node: the one in the nodeset of the device's non-I/O ancestor; unknown
-  // where that spans several (a device hwloc could only attach to the whole machine).
+  // The closest NUMA node: the one with CPUs in the nodeset of the device's non-I/O ancestor
+  // (memory-only nodes there are local to every device below); unknown where several have CPUs
+  // (a device hwloc could only attach to the whole machine).
   hwloc_obj_t cpuSide = hwloc_get_non_io_ancestor_obj(t, pci);
-  if (cpuSide != nullptr && cpuSide->nodeset != nullptr && hwloc_bitmap_weight(cpuSide->nodeset) == 1) {
-    int first = hwloc_bitmap_first(cpuSide->nodeset);
-    for (size_t n = 0; n < nodes.size() && first >= 0; ++n) {
-      if (nodes[n].osIndex == static_cast<unsigned>(first)) d.numaNode = static_cast<int>(n);
+  if (cpuSide != nullptr && cpuSide->nodeset != nullptr) {
+    int withCpus = 0;
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (nodes[n].cpus.empty() || !hwloc_bitmap_isset(cpuSide->nodeset, nodes[n].osIndex)) continue;
+      d.numaNode = ++withCpus == 1 ? static_cast<int>(n) : -1;
     }
   }
   return d;
+}
+
+// The NUMA nodes, each with the PUs that are its own. hwloc gives a node without CPUs (CXL or
+// HBM memory) the cpuset of the object it hangs from, so a PU can lie in several nodes'
+// cpusets: its own node is the one with the fewest PUs, the lowest OS index on a tie (Linux
+// numbers memory-only nodes after the others). Memory-only nodes end up with no PUs.
+std::vector<NumaNode> numaNodesOf(hwloc_topology_t t) {
+  std::vector<hwloc_obj_t> objects;
+  for (hwloc_obj_t node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, nullptr); node != nullptr;
+       node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, node)) {
+    objects.push_back(node);
+  }
+  std::vector<NumaNode> nodes(objects.size());
+  for (size_t n = 0; n < objects.size(); ++n) nodes[n].osIndex = objects[n]->os_index;
+  for (hwloc_obj_t pu = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_PU, nullptr); pu != nullptr;
+       pu = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_PU, pu)) {
+    size_t home = objects.size();
+    int homeWeight = 0;
+    for (size_t n = 0; n < objects.size(); ++n) {
+      if (objects[n]->cpuset == nullptr || !hwloc_bitmap_isset(objects[n]->cpuset, pu->os_index)) continue;
+      const int weight = hwloc_bitmap_weight(objects[n]->cpuset);
+      if (home == objects.size() || weight < homeWeight ||
+          (weight == homeWeight && objects[n]->os_index < objects[home]->os_index)) {
+        home = n;
+        homeWeight = weight;
+      }
+    }
+    if (home < objects.size()) nodes[home].cpus.push_back(pu->os_index);
+  }
+  for (NumaNode& n : nodes) std::sort(n.cpus.begin(), n.cpus.end());
+  return nodes;
 }
 
 Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
@@ -128,15 +164,7 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
     }
     if (h.cacheBytes > 0) break;
   }
-  for (hwloc_obj_t node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, nullptr); node != nullptr;
-       node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, node)) {
-    NumaNode n;
-    n.osIndex = node->os_index;
-    unsigned cpu;
-    hwloc_bitmap_foreach_begin(cpu, node->cpuset) { n.cpus.push_back(cpu); }
-    hwloc_bitmap_foreach_end();
-    h.numaNodes.push_back(std::move(n));
-  }
+  h.numaNodes = numaNodesOf(t);
   if (h.numaNodes.empty()) {  // hwloc always reports one; an odd XML might not
     NumaNode n;
     for (int p = 0; p < h.pus; ++p) n.cpus.push_back(static_cast<unsigned>(p));
@@ -235,7 +263,9 @@ std::string describeTopology(const HostTopology& h) {
   std::string out = formatString("%s: %d package(s), %zu NUMA node(s), %d core(s), %d PU(s), %zu KiB of last-level cache\n",
                                  h.source.c_str(), h.packages, h.numaNodes.size(), h.cores, h.pus, h.cacheBytes >> 10);
   for (size_t n = 0; n < h.numaNodes.size(); ++n) {
-    out += formatString("  NUMA %zu (os %u): %zu PU(s)\n", n, h.numaNodes[n].osIndex, h.numaNodes[n].cpus.size());
+    const size_t pus = h.numaNodes[n].cpus.size();
+    out += pus > 0 ? formatString("  NUMA %zu (os %u): %zu PU(s)\n", n, h.numaNodes[n].osIndex, pus)
+                   : formatString("  NUMA %zu (os %u): memory only\n", n, h.numaNodes[n].osIndex);
   }
   auto devices = [&](const char* what, const std::vector<PciDevice>& list) {
     for (size_t i = 0; i < list.size(); ++i) {

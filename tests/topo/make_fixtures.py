@@ -10,6 +10,9 @@
   gpu8-nic4-mgmt.xml  the same with a 1 GbE management port (x1 link) at the lowest bus id, as
                     most GPU servers have
   no-nic.xml        1 package, 8 cores, no caches described, a disk and nothing else on PCI
+  server-2s-cxl.xml server-2s.xml with a third NUMA node that has memory and no CPUs (CXL or HBM
+                    memory, as `numactl -H` shows it) and an FPGA accelerator (PCI class 0x1200,
+                    not a GPU) on the second package
 
 Run it again after changing it; the files are checked in."""
 
@@ -83,14 +86,18 @@ def pci_device(w, busid, cls, vendor, device, osdevs, link_speed="15.753846"):
 GPU, NETWORK, OPENFABRICS, COPROC, BLOCK = 1, 2, 3, 5, 0
 
 
-def machine(name, packages, cores_per_package, pus_per_core, io, l3_mib=0):
+def machine(name, packages, cores_per_package, pus_per_core, io, l3_mib=0, cpuless_nodes=0):
     """io(w, package_index) writes the PCI trees attached to that package; l3_mib: an L3 cache of
-    that size over each package's cores (0: none described)."""
+    that size over each package's cores (0: none described); cpuless_nodes: NUMA nodes with
+    memory and no CPUs, attached to the machine (os indices after the packages' nodes)."""
     w = Writer()
     total = packages * cores_per_package * pus_per_core
-    w.open([("type", "Machine"), ("os_index", "0")] + sets(range(total), range(packages))
-           + [("allowed_cpuset", bitmap(range(total))), ("allowed_nodeset", bitmap(range(packages)))])
+    nodes = range(packages + cpuless_nodes)
+    w.open([("type", "Machine"), ("os_index", "0")] + sets(range(total), nodes)
+           + [("allowed_cpuset", bitmap(range(total))), ("allowed_nodeset", bitmap(nodes))])
     w.lines.append("  " * w.depth + f'<info name="HostName" value="{name}"/>')
+    for n in range(packages, packages + cpuless_nodes):
+        w.leaf([("type", "NUMANode"), ("os_index", str(n))] + sets([], [n]) + [("local_memory", str(128 << 30))])
     pu = 0
     for p in range(packages):
         first = p * cores_per_package * pus_per_core
@@ -161,6 +168,15 @@ def gpu_mgmt_io(w, p):
     gpu_io(w, p)
 
 
+def server_fpga_io(w, p):
+    """server_io, and on the second package an FPGA card (a processing accelerator, class 0x1200)."""
+    server_io(w, p)
+    if p == 1:
+        host_bridge(w, "0000:[90-9f]")
+        pci_device(w, "0000:91:00.0", 0x1200, 0x10EE, 0x500C, [])
+        w.close()
+
+
 def no_nic_io(w, p):
     host_bridge(w, "0000:[00-01]")
     pci_device(w, "0000:00:02.0", 0x0180, 0x1AF4, 0x1042, [("vda", BLOCK)])
@@ -174,6 +190,7 @@ def main():
         "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io, l3_mib=48),
         "gpu8-nic4-mgmt.xml": machine("gpunode", 2, 24, 2, gpu_mgmt_io, l3_mib=48),
         "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
+        "server-2s-cxl.xml": machine("server", 2, 16, 1, server_fpga_io, l3_mib=32, cpuless_nodes=1),
     }
     for name, text in fixtures.items():
         with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:

@@ -161,17 +161,7 @@ int main(int argc, char** argv) {
   FILE* text = dotFile == "-" ? stderr : stdout;
   std::fprintf(text, "%s", weft::topo::describeTopology(host).c_str());
 
-  std::vector<weft::plan::RankPlacement> ranks;
-  const int numa = static_cast<int>(host.numaNodes.size());
-  for (int h = 0; h < hosts; ++h) {
-    for (int l = 0; l < perHost; ++l) {
-      const int gpu = l < gpuCount ? l : -1;
-      const int node = gpu >= 0 ? host.gpus[static_cast<size_t>(gpu)].numaNode : static_cast<int>(l * numa / perHost);
-      weft::plan::RankPlacement p = weft::plan::placeRank(host, node, gpu, l);
-      p.host = h;
-      ranks.push_back(p);
-    }
-  }
+  const auto ranks = weft::plan::layoutHosts(host, static_cast<int>(hosts), static_cast<int>(perHost), gpus);
   std::fprintf(text, "\nranks (host, NUMA node, GPU, nearest NIC):\n");
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto& p = ranks[r];
