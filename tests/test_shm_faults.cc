@@ -44,6 +44,14 @@ std::vector<std::string> segmentsOf(const std::string& prefix) {
   return found;
 }
 
+// What a rank killed between creating a segment and its peer mapping it leaves behind: a
+// segment of the job's that nobody else was told of. The survivors must remove it.
+void leaveUnmappedSegment(const RankContext& ctx) {
+  static transport::ShmSegment left;  // SIGKILL follows: never unlinked by this process
+  auto made = transport::ShmSegment::create(segmentPrefix(ctx.id).substr(5) + "unmapped", 4096);
+  if (made.isOk()) left = made.take();
+}
+
 // runRanks with WEFT_DEBUG=INFO, so that each outcome's output holds its rank's decisions
 // (whether small all-reduces take the arena), followed by the usual exit-code check.
 std::vector<RankOutcome> runRanksLoggingInfo(int nranks, const std::function<int(RankContext&)>& body) {
@@ -66,8 +74,8 @@ void expectOnArena(const std::vector<RankOutcome>& outcomes, const std::string& 
 constexpr size_t kSeveralSlots = (size_t{3} << 17) + 5;
 
 // 3 ranks over shared memory with the given timeout. `killDuring` runs on every rank after
-// init: rank 2 dies in it by SIGKILL, and the survivors return the status of the call that
-// failed and when rank 2 was killed. Each survivor must have failed within `withinSeconds` with
+// init: rank 2 dies in it by SIGKILL (leaving a segment no survivor has mapped), and the
+// survivors return the status of the call that failed and when rank 2 was killed. Each survivor must have failed within `withinSeconds` with
 // an accepted status, and leave nothing of the job in /dev/shm after abort.
 struct KilledCall {
   weftResult_t rc;
@@ -102,7 +110,10 @@ void expectSurvivorsFail(int timeoutMs, double withinSeconds, bool (*accepted)(w
 KilledCall killDuringSmallAllReduce(RankContext& ctx, weftComm_t comm) {
   float x = 1;
   RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
-  if (ctx.rank == 2) raise(SIGKILL);
+  if (ctx.rank == 2) {
+    leaveUnmappedSegment(ctx);
+    raise(SIGKILL);
+  }
   const auto killedBy = Clock::now();
   return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
 }
@@ -118,6 +129,7 @@ TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/s
         std::vector<float> v(16 << 20, 1.0f);  // 64 MiB: each call takes a while
         RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr));
         if (ctx.rank == 2) {
+          leaveUnmappedSegment(ctx);
           std::thread([] {
             std::this_thread::sleep_for(std::chrono::milliseconds(30));
             raise(SIGKILL);

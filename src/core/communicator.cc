@@ -17,6 +17,7 @@
 #include "topo/topology.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
+#include "transport/shm/shm_segment.h"
 #include "util/env.h"
 #include "util/log.h"
 
@@ -227,7 +228,12 @@ void* Communicator::scratch(size_t bytes) {
 }
 
 Status Communicator::fail(Status status) {
-  if (!status.isOk() && failure_.isOk()) failure_ = status;
+  if (!status.isOk() && failure_.isOk()) {
+    failure_ = status;
+    // A peer that died between creating a segment and this rank mapping it left the name, and
+    // may never have told it to anyone: remove every segment whose creator is gone.
+    transport::ShmSegment::removeOrphans();
+  }
   return status;
 }
 

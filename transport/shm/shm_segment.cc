@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -71,12 +72,35 @@ bool creatorOf(const std::string& name, unsigned long long* ns, long* pid) {
   return std::sscanf(creator.c_str(), "%llx.%ld%c", ns, pid, &tail) == 2;
 }
 
+// Whether the process is gone or going: no such pid, a zombie its parent has not reaped yet
+// (a launcher that waits for its last child), or exiting (PF_EXITING: a rank killed a moment
+// ago, whose closed sockets its peers may see before it is a zombie).
+bool processGone(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  FILE* file = std::fopen(path, "re");
+  if (file == nullptr) return errno == ENOENT;
+  char line[512] = {};
+  const size_t got = std::fread(line, 1, sizeof(line) - 1, file);
+  std::fclose(file);
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold spaces and
+  // parentheses, so the fields start after the last ')'.
+  const char* close = got > 0 ? std::strrchr(line, ')') : nullptr;
+  char state = 0;
+  unsigned long flags = 0;
+  if (close == nullptr || std::sscanf(close + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
+}
+
+}  // namespace
+
 // Segments are unlinked once mapped, but a process killed before its peer mapped one (SIGKILL,
-// or SIGTERM while a setup waits) leaves the name. The first segment a process creates first
-// removes this user's that were made in this pid namespace by processes now gone.
-void removeOrphans() {
+// or SIGTERM while a setup waits) leaves the name.
+int ShmSegment::removeOrphans() {
   DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
+  if (dir == nullptr) return 0;
   const unsigned long long mine = pidNamespace();
   int removed = 0;
   while (const dirent* entry = ::readdir(dir)) {
@@ -87,18 +111,17 @@ void removeOrphans() {
     long pid = 0;
     if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != ::getuid()) continue;
     if (!creatorOf(name, &ns, &pid) || ns != mine || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (!processGone(pid)) continue;
     if (::shm_unlink(("/" + name).c_str()) == 0) ++removed;
   }
   ::closedir(dir);
   if (removed > 0) WEFT_INFO("removed %d shared-memory segment(s) left in /dev/shm by processes that died", removed);
+  return removed;
 }
-
-}  // namespace
 
 Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
   static std::once_flag swept;
-  std::call_once(swept, removeOrphans);
+  std::call_once(swept, [] { removeOrphans(); });
   uint64_t nonce = 0;
   if (::getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) {
     return Status(weftSystemError, "getrandom: " + errnoString(errno));

@@ -2,8 +2,9 @@
 // that carries a hash of the job secret and a random nonce, its pages reserved up front (so a
 // full /dev/shm is an error at setup, never a SIGBUS later), and unlinked as soon as the peer
 // has mapped it, so that nothing is left in /dev/shm whatever happens to the processes after.
-// (A process killed between creating a segment and its peer mapping it leaves the name; the
-// next process on the host to create a segment removes it.)
+// (A process killed between creating a segment and its peer mapping it leaves the name: its
+// job's survivors remove it when their communicator fails, else the next process on the host
+// to create a segment does.)
 #pragma once
 
 #include <cstddef>
@@ -40,6 +41,9 @@ class ShmSegment {
   // Removes a segment name another process made, for when that process may never do it
   // itself (it died). A name already gone is fine.
   static void removeName(const std::string& name);
+  // Removes this user's segments made in this pid namespace by processes now gone (zombies
+  // included); returns how many. A scan of /dev/shm: for failures, not for every call.
+  static int removeOrphans();
 
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
