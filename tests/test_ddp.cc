@@ -85,6 +85,42 @@ TEST_CASE("ddp: gradients averaged across ranks, buckets started before finish",
   }
 }
 
+TEST_CASE("ddp: an unused gradient adds what its buffer holds, one no rank used is left alone", "[ddp][multiprocess]") {
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = nullptr;
+    RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+    if (comm == nullptr) return 1;
+    // a is used everywhere; b only on rank 0 in step 1 and nowhere in step 2. Gradients
+    // accumulate between steps (nobody zeroes them), so rank 1's b holds 1.5 from step 0.
+    std::vector<float> wa(4), wb(4), ga(4), gb(4), fresh(4);
+    Reducer reducer(comm, {{wa.data(), ga.data(), 4, weftFloat32}, {wb.data(), gb.data(), 4, weftFloat32}});
+    std::fill(ga.begin(), ga.end(), 1.0f);
+    std::fill(gb.begin(), gb.end(), ctx.rank == 0 ? 1.0f : 2.0f);
+    RANK_WEFT(ctx, reducer.markReady(1));
+    RANK_WEFT(ctx, reducer.markReady(0));
+    RANK_WEFT(ctx, reducer.finish());
+    RANK_CHECK(ctx, gb[0] == 1.5f && reducer.usedByAnyRank(1), "step 0: b's gradient %g", gb[0]);
+
+    std::fill(fresh.begin(), fresh.end(), 4.0f);  // rank 0's b: 1.5 + 2.5
+    if (ctx.rank == 0) RANK_WEFT(ctx, reducer.markReady(1, fresh.data()));
+    RANK_WEFT(ctx, reducer.markReady(0));
+    RANK_WEFT(ctx, reducer.finish());
+    // (4 + 1.5) / 2: rank 1 adds the 1.5 it holds, as torch's DDP adds an unused .grad.
+    RANK_CHECK(ctx, gb[0] == 2.75f, "step 1: b's gradient %g, expected 2.75", gb[0]);
+
+    std::fill(gb.begin(), gb.end(), static_cast<float>(10 + ctx.rank));
+    RANK_WEFT(ctx, reducer.markReady(0));
+    RANK_WEFT(ctx, reducer.finish());
+    RANK_CHECK(ctx, !reducer.usedByAnyRank(1) && reducer.usedByAnyRank(0), "used flags wrong");
+    RANK_CHECK(ctx, gb[0] == static_cast<float>(10 + ctx.rank), "step 2: unused b overwritten with %g", gb[0]);
+    RANK_CHECK(ctx, ga[0] == 1.0f, "step 2: a's gradient %g", ga[0]);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
 TEST_CASE("ddp: a bucket whose all-reduce could not start fails finish, whatever markReady said", "[ddp][multiprocess]") {
   auto outcomes = runRanks(1, [](RankContext& ctx) {
     weftComm_t comm = nullptr;

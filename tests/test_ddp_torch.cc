@@ -30,6 +30,15 @@ struct TiedNet : torch::nn::Module {
   torch::Tensor weight;
 };
 
+struct TwoWeights : torch::nn::Module {
+  TwoWeights() {
+    a = register_parameter("a", torch::ones({4}));
+    b = register_parameter("b", torch::ones({4}));
+    never = register_parameter("never", torch::ones({2}));
+  }
+  torch::Tensor a, b, never;
+};
+
 struct StridedNet : torch::nn::Module {
   StridedNet() {
     weight = register_parameter("weight", torch::ones({4}));
@@ -75,6 +84,30 @@ TEST_CASE("ddp torch: rank 0's parameters and bool buffers reach every rank, tie
         RANK_CHECK(ctx, net.weight.grad().eq(want).all().item<bool>(), "accumulated gradient %g, expected %g",
                    net.weight.grad()[0].item<float>(), want);
       }
+    }
+    {
+      // Gradients accumulate (no zero_grad). Step 0: both ranks use b (gradients 1 and 2): .grad
+      // 1.5. Step 1: only rank 0 does (1.5 + 1); rank 1 adds the 1.5 it holds: (2.5 + 1.5) / 2 = 2,
+      // as torch's DDP with find_unused_parameters. Step 2: nobody does: .grad stays 2. A
+      // parameter that never had a gradient keeps none.
+      TwoWeights net;
+      weft::ddp::TorchDDP ddp(comm, net);
+      auto step = [&](bool useB) {
+        torch::Tensor loss = net.a.sum();
+        if (useB) loss = loss + (net.b * static_cast<float>(ctx.rank + 1)).sum();
+        loss.backward();
+        ddp.finish();
+      };
+      step(true);
+      RANK_CHECK(ctx, net.b.grad().eq(1.5f).all().item<bool>(), "step 0: b's gradient %g", net.b.grad()[0].item<float>());
+      step(ctx.rank == 0);
+      RANK_CHECK(ctx, net.b.grad().eq(2.0f).all().item<bool>(), "step 1: b's gradient %g, expected 2",
+                 net.b.grad()[0].item<float>());
+      step(false);
+      RANK_CHECK(ctx, net.b.grad().eq(2.0f).all().item<bool>(), "step 2: unused b's gradient %g, expected 2",
+                 net.b.grad()[0].item<float>());
+      RANK_CHECK(ctx, net.a.grad().eq(3.0f).all().item<bool>(), "a's gradient %g", net.a.grad()[0].item<float>());
+      RANK_CHECK(ctx, !net.never.grad().defined(), "a parameter no rank used got a gradient");
     }
     StridedNet strided;
     bool refused = false;

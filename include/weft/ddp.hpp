@@ -14,9 +14,11 @@
 // A bucket holding a gradient that never became ready this step (a parameter this rank did not
 // use) starts only in finish(), with the buckets after it; which buckets start during backward
 // can so differ between ranks. Issue nothing else on the communicator between backward and
-// finish(), or the ranks' calls pair up differently. (Such a gradient contributes its grad
-// buffer, or zeros, to the average; a parameter no rank used thus gets a zero gradient, where
-// torch's DDP leaves it undefined.)
+// finish(), or the ranks' calls pair up differently. Such a gradient contributes what its
+// buffer holds (finish's gradOut, else its grad buffer; zeros where it has none), as torch's
+// DDP with find_unused_parameters adds an unused parameter's accumulated .grad. A parameter no
+// rank used keeps its gradient buffer untouched, as in torch (finish also all-reduces one byte
+// per parameter to learn which those are).
 // DistributedSampler shards a dataset the way torch.utils.data.DistributedSampler does.
 #pragma once
 
@@ -57,8 +59,11 @@ class Reducer {
   weftResult_t markReady(size_t index, const void* grad = nullptr);
 
   // Starts any bucket not yet started, waits for all, and writes the averaged gradients to the
-  // parameters' grad buffers (or to gradOut[i] where given). Resets for the next step.
+  // parameters' grad buffers (or to gradOut[i] where given; an unused gradient is read from
+  // there too), except those of parameters no rank used. Resets for the next step.
   weftResult_t finish(const std::vector<void*>& gradOut = {});
+  // Whether any rank marked parameter `index` ready in the step the last finish() ended.
+  bool usedByAnyRank(size_t index) const { return index < used_.size() && used_[index] != 0; }
 
   // Why the last call that failed did: its own check, or the Weft call's last error.
   const std::string& lastError() const { return lastError_; }
@@ -87,6 +92,7 @@ class Reducer {
   std::vector<size_t> bucketOf_;  // by parameter
   std::vector<size_t> slotOf_;    // position within its bucket
   std::vector<bool> ready_;
+  std::vector<uint8_t> used_;  // by parameter: 1 where any rank marked it ready (a MAX all-reduce)
   weftStream_t stream_ = nullptr;
   size_t nextToStart_ = 0;  // buckets start in order; this one is next
   size_t startedEarly_ = 0;

@@ -80,14 +80,25 @@ class TorchDDP {
   // Rank 0's buffers (batch-norm statistics) everywhere, as DDP does before each forward.
   void syncBuffers() { broadcastFromRankZero(buffers_, "broadcasting buffers"); }
 
-  // After backward: waits for every bucket and puts the averaged gradients in .grad().
+  // After backward: waits for every bucket and puts the averaged gradients in .grad(). As in
+  // torch's DDP (find_unused_parameters), a parameter this rank did not use adds its .grad()
+  // (zeros where it has none), and one no rank used keeps its .grad(), undefined included.
   void finish() {
     std::vector<void*> out;
-    for (auto& p : params_) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    std::vector<bool> made(params_.size(), false);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& p = params_[i];
+      if (!p.grad().defined()) {
+        p.mutable_grad() = torch::zeros_like(p);
+        made[i] = true;
+      }
       out.push_back(p.grad().data_ptr());
     }
-    check(reducer_->finish(out), "averaging gradients", reducer_->lastError());
+    const weftResult_t rc = reducer_->finish(out);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (made[i] && (rc != weftSuccess || !reducer_->usedByAnyRank(i))) params_[i].mutable_grad() = torch::Tensor();
+    }
+    check(rc, "averaging gradients", reducer_->lastError());
   }
 
   const Reducer& reducer() const { return *reducer_; }

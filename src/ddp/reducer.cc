@@ -14,7 +14,7 @@ using kernels::dataTypeSize;
 
 Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCapBytes)
     : comm_(comm), params_(std::move(params)), bucketOf_(params_.size()), slotOf_(params_.size()),
-      ready_(params_.size(), false) {
+      ready_(params_.size(), false), used_(params_.size(), 0) {
   // Reverse registration order: backward produces the last layers' gradients first. A bucket
   // closes at the byte cap or where the element type changes.
   for (size_t k = params_.size(); k-- > 0;) {
@@ -123,20 +123,29 @@ weftResult_t Reducer::markReady(size_t index, const void* grad) {
 weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
   weftResult_t rc = weftSuccess;
   startedEarly_ = nextToStart_;
+  auto outputOf = [&](size_t k) { return k < gradOut.size() && gradOut[k] != nullptr ? gradOut[k] : params_[k].grad; };
   for (Bucket& b : buckets_) {
     if (b.started) continue;
-    // Gradients that never became ready (unused parameters) are read from their grad buffers.
+    // Gradients that never became ready (parameters this rank did not use) contribute what
+    // their buffers hold, as torch's DDP adds an unused parameter's .grad.
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t k = b.params[slot];
       if (!ready_[k]) {
         const size_t esize = dataTypeSize(params_[k].type);
         unsigned char* at = b.flat.data() + b.offsets[slot] * esize;
-        if (params_[k].grad != nullptr) std::memcpy(at, params_[k].grad, params_[k].count * esize);
+        if (const void* held = outputOf(k)) std::memcpy(at, held, params_[k].count * esize);
         else std::memset(at, 0, params_[k].count * esize);  // no gradient at all: it contributes zero
       }
     }
     weftResult_t one = start(b);
     if (rc == weftSuccess) rc = one;
+  }
+  // After the buckets, in the same order on every rank: which parameters any rank used.
+  for (size_t k = 0; k < params_.size(); ++k) used_[k] = ready_[k] ? 1 : 0;
+  if (!used_.empty()) {
+    weftResult_t flags = weftAllReduce(used_.data(), used_.data(), used_.size(), weftUint8, weftMax, comm_, stream_);
+    if (flags != weftSuccess) failed(flags);
+    if (rc == weftSuccess) rc = flags;
   }
   weftResult_t synced = weftStreamSynchronize(stream_);
   if (synced != weftSuccess) failed(synced);
@@ -147,8 +156,8 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
     const size_t esize = dataTypeSize(b.type);
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t k = b.params[slot];
-      void* out = k < gradOut.size() && gradOut[k] != nullptr ? gradOut[k] : params_[k].grad;
-      if (rc == weftSuccess && out != nullptr) {
+      void* out = outputOf(k);
+      if (rc == weftSuccess && out != nullptr && used_[k]) {
         std::memcpy(out, b.flat.data() + b.offsets[slot] * esize, params_[k].count * esize);
       }
     }
