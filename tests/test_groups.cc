@@ -147,6 +147,90 @@ TEST_CASE("groups: a group over two communicators waits for work queued ahead of
   }));
 }
 
+TEST_CASE("groups: two communicators on one host stream, listed in a different order on each rank",
+          "[groups][multiprocess]") {
+  // Messages too large to go eagerly: each rank's first batch waits for its peer's part in the
+  // other communicator's batch, which must not be queued behind it. Then the same with
+  // collectives, and a later call on the stream waits for the whole group.
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t c = initComm(ctx);
+    if (c == nullptr) return 1;
+    weftComm_t d = nullptr;
+    RANK_WEFT(ctx, weftCommSplit(c, 0, ctx.rank, &d, nullptr));
+    weftStream_t stream = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&stream));
+    const int peer = 1 - ctx.rank;
+    constexpr size_t kCount = size_t{1} << 20;
+    std::vector<float> toC(kCount, static_cast<float>(ctx.rank + 1)), toD(kCount, static_cast<float>(ctx.rank + 10));
+    std::vector<float> fromC(kCount, 0.0f), fromD(kCount, 0.0f);
+    RANK_WEFT(ctx, weftGroupStart());
+    if (ctx.rank == 0) {
+      RANK_WEFT(ctx, weftSend(toC.data(), kCount, weftFloat32, peer, c, stream));
+      RANK_WEFT(ctx, weftRecv(fromD.data(), kCount, weftFloat32, peer, d, stream));
+    } else {
+      RANK_WEFT(ctx, weftSend(toD.data(), kCount, weftFloat32, peer, d, stream));
+      RANK_WEFT(ctx, weftRecv(fromC.data(), kCount, weftFloat32, peer, c, stream));
+    }
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    const bool delivered = ctx.rank == 0 ? fromD[kCount - 1] == 11.0f : fromC[kCount - 1] == 1.0f;
+    RANK_CHECK(ctx, delivered, "point-to-point: received %g / %g", fromC[kCount - 1], fromD[kCount - 1]);
+
+    std::vector<float> sum(kCount, 1.0f), gathered(2 * kCount, 0.0f), after(4, 1.0f);
+    RANK_WEFT(ctx, weftGroupStart());
+    for (int k = 0; k < 2; ++k) {
+      if ((k == 0) == (ctx.rank == 0)) {
+        RANK_WEFT(ctx, weftAllReduce(sum.data(), sum.data(), kCount, weftFloat32, weftSum, c, stream));
+      } else {
+        RANK_WEFT(ctx, weftAllGather(toD.data(), gathered.data(), kCount, weftFloat32, d, stream));
+      }
+    }
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_WEFT(ctx, weftAllReduce(after.data(), after.data(), after.size(), weftFloat32, weftSum, c, stream));
+    RANK_WEFT(ctx, weftStreamSynchronize(stream));
+    RANK_CHECK(ctx, sum[kCount - 1] == 2.0f && gathered[0] == 10.0f && gathered[2 * kCount - 1] == 11.0f &&
+                        after[0] == 2.0f,
+               "collectives: sum %g, gathered %g %g, after %g", sum[kCount - 1], gathered[0], gathered[2 * kCount - 1],
+               after[0]);
+    RANK_WEFT(ctx, weftStreamDestroy(stream));
+    RANK_WEFT(ctx, weftCommDestroy(d));
+    RANK_WEFT(ctx, weftCommDestroy(c));
+    return 0;
+  }));
+}
+
+TEST_CASE("groups: a stream destroyed before the group ends fails it whole", "[groups][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t c = initComm(ctx);
+    if (c == nullptr) return 1;
+    weftComm_t d = nullptr;
+    RANK_WEFT(ctx, weftCommSplit(c, 0, ctx.rank, &d, nullptr));
+    weftStream_t kept = nullptr, destroyed = nullptr;
+    RANK_WEFT(ctx, weftStreamCreate(&kept));
+    RANK_WEFT(ctx, weftStreamCreate(&destroyed));
+    std::vector<int32_t> x(8, 1), y(8, 1);
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(x.data(), x.data(), x.size(), weftInt32, weftSum, c, kept));
+    RANK_WEFT(ctx, weftAllReduce(y.data(), y.data(), y.size(), weftInt32, weftSum, d, destroyed));
+    RANK_WEFT(ctx, weftStreamDestroy(destroyed));
+    const weftResult_t rc = weftGroupEnd();
+    RANK_CHECK(ctx, rc == weftInvalidArgument, "weftGroupEnd returned %d", rc);
+    RANK_CHECK(ctx, std::string(weftGetLastError(nullptr)).find("nothing was issued") != std::string::npos,
+               "last error: %s", weftGetLastError(nullptr));
+    RANK_WEFT(ctx, weftStreamSynchronize(kept));
+    RANK_CHECK(ctx, x[0] == 1 && y[0] == 1, "issued in part: x %d y %d", x[0], y[0]);
+    // Both communicators are still in step.
+    RANK_WEFT(ctx, weftAllReduce(x.data(), x.data(), x.size(), weftInt32, weftSum, c, kept));
+    RANK_WEFT(ctx, weftAllReduce(y.data(), y.data(), y.size(), weftInt32, weftSum, d, nullptr));
+    RANK_WEFT(ctx, weftStreamSynchronize(kept));
+    RANK_CHECK(ctx, x[0] == 2 && y[0] == 2, "after: x %d y %d", x[0], y[0]);
+    RANK_WEFT(ctx, weftStreamDestroy(kept));
+    RANK_WEFT(ctx, weftCommDestroy(d));
+    RANK_WEFT(ctx, weftCommDestroy(c));
+    return 0;
+  }));
+}
+
 TEST_CASE("groups: ranks that group different point-to-point calls with the same collectives", "[groups][multiprocess]") {
   // Ranks 0 and 1 also swap a token inside the group (except in round 1); rank 2 has only the
   // collectives. In round 3 rank 2's group is the one small all-reduce, which goes through the

@@ -60,6 +60,7 @@ struct CommBatch {
   weftStream_t stream;
   bool onDevice;
   std::vector<core::CollectiveCall> calls;
+  std::shared_ptr<api::HostStream> hostStream;  // stream's, looked up before anything is issued
 };
 
 api::CommOp runBatch(std::vector<core::CollectiveCall> calls) {
@@ -206,18 +207,42 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
                             coll::collectiveName(ranked[b].call.collective))),
         group.calls[a].state.get());
   }
+  // A stream destroyed before the group ended fails it whole, before any batch is issued.
+  for (CommBatch& batch : batches) {
+    if (batch.stream == nullptr || batch.onDevice) continue;
+    batch.hostStream = api::lookupStream(batch.stream);
+    if (!batch.hostStream) {
+      return api::reportError(Status(weftInvalidArgument, "weftGroupEnd: a stream of the group was destroyed; nothing "
+                                                          "was issued"),
+                              batch.state.get());
+    }
+  }
   if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
   // Several communicators (or none: inits only): queue the stream work (host or GPU) first, then
-  // run the rest side by side.
+  // run the rest side by side. The batches on one host stream are one place on it, run side by
+  // side: one after another, a rank that listed the communicators in the other order than its
+  // peer would wait for the peer's batch queued behind the one it waits in.
   weftResult_t result = weftSuccess;
-  std::vector<CommBatch> blocking;
-  for (CommBatch& batch : batches) {
-    if (batch.stream == nullptr && !batch.onDevice) {
-      blocking.push_back(std::move(batch));
-      continue;
-    }
-    weftResult_t r = issueBatch(batch);
+  auto keep = [&result](weftResult_t r) {
     if (result == weftSuccess) result = r;
+  };
+  std::vector<CommBatch> blocking;
+  std::vector<std::pair<std::shared_ptr<api::HostStream>, std::vector<api::StreamPart>>> onHostStreams;
+  for (CommBatch& batch : batches) {
+    if (batch.onDevice) {
+      keep(issueBatch(batch));
+    } else if (batch.stream == nullptr) {
+      blocking.push_back(std::move(batch));
+    } else {
+      auto it = std::find_if(onHostStreams.begin(), onHostStreams.end(),
+                             [&](const auto& entry) { return entry.first == batch.hostStream; });
+      if (it == onHostStreams.end()) it = onHostStreams.insert(onHostStreams.end(), {batch.hostStream, {}});
+      it->second.push_back({batch.state, runBatch(std::move(batch.calls))});
+    }
+  }
+  for (auto& [stream, parts] : onHostStreams) {
+    api::CommState* first = parts.front().state.get();
+    keep(api::reportError(api::enqueueOnStream(std::move(parts), stream, "weftGroupEnd", true), first));
   }
   return withPendingInits(group, runConcurrently(blocking, result));
 }
