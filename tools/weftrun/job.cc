@@ -30,7 +30,8 @@ namespace weftrun {
 namespace {
 
 constexpr int kExitLaunchError = 1;
-constexpr int kExitExecFailed = 127;
+constexpr int kExitExecFailed = 127;   // not found, as the shell says
+constexpr int kExitNotExecutable = 126;  // found, but no permission or no executable format
 // After SIGKILL: how long to wait for what is left (stray group members, or a rank stuck in the
 // kernel, which a GPU driver's teardown can keep for seconds) before giving up on it.
 constexpr int64_t kGiveUpAfterKillMs = 10000;
@@ -43,7 +44,7 @@ std::string signal_name(int sig) {
       {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
       {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
       {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
+      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},   {SIGTSTP, "SIGTSTP"}, {SIGCONT, "SIGCONT"}};
   for (const auto& [number, name] : kNames) {
     if (number == sig) return name;
   }
@@ -151,7 +152,14 @@ bool Job::setup(std::string& error) {
   signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would auto-reap the ranks
   sigset_t handled;
   sigemptyset(&handled);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, sig);
+  sigaddset(&handled, SIGCHLD);
+  // A signal the launcher was started ignoring (nohup's SIGHUP, a background job's SIGINT)
+  // stays ignored, as it is by the ranks, which inherit that: taken here, it would end the job.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) {
+    struct sigaction inherited {};
+    if (sigaction(sig, nullptr, &inherited) == 0 && inherited.sa_handler == SIG_IGN) continue;
+    sigaddset(&handled, sig);
+  }
   sigprocmask(SIG_BLOCK, &handled, &original_mask_);
   signal_fd_ = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
   if (signal_fd_ < 0) {
@@ -169,16 +177,24 @@ std::vector<std::string> Job::base_environment() {
       "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
       "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
       "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-      "WEFT_LAUNCHER", "WEFT_SECRET",
+      // Set by a torchrun this weftrun runs under: they name its agent's store and files, which
+      // this job's ranks must not use (with the agent store, no rank would host one).
+      "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_TIMER_FILE",
+      "TORCHELASTIC_ENABLE_FILE_TIMER", "WEFT_LAUNCHER", "WEFT_SECRET",
   };
   std::vector<std::string> env;
+  bool threads_set = false;
   for (char** entry = environ; *entry; ++entry) {
     std::string_view text(*entry);
     std::string_view key = text.substr(0, text.find('='));
     bool ours = std::any_of(std::begin(kLauncherKeys), std::end(kLauncherKeys),
                             [&](const char* k) { return key == k; });
     if (!ours) env.emplace_back(text);
+    threads_set = threads_set || key == "OMP_NUM_THREADS";
   }
+  // As torchrun: several ranks that each start a thread per CPU (OpenMP, BLAS) would crowd
+  // the machine, so each gets one unless the user says otherwise.
+  if (!threads_set && options_.nproc > 1) env.emplace_back("OMP_NUM_THREADS=1");
   std::string world = std::to_string(options_.nproc);
   for (const std::string& setting :
        {"MASTER_ADDR=" + master_addr_, "MASTER_PORT=" + master_port_, "WORLD_SIZE=" + world,
@@ -266,7 +282,7 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
   int exec_errno = errno;
   dprintf(STDERR_FILENO, "weftrun: rank %d: cannot execute '%s': %s\n", rank.index, argv_[0],
           std::strerror(exec_errno));
-  _exit(kExitExecFailed);
+  _exit(exec_errno == ENOENT || exec_errno == ENOTDIR ? kExitExecFailed : kExitNotExecutable);
 }
 
 int Job::run() {
@@ -350,6 +366,15 @@ void Job::handle_signals() {
       child_exited = true;
       continue;
     }
+    if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {  // for the ranks; the job goes on
+      signal_groups(sig);
+      continue;
+    }
+    if (sig == SIGTSTP) {  // Ctrl-Z: the ranks stop, then the launcher (SIGCONT resumes them)
+      signal_groups(SIGSTOP);
+      kill(getpid(), SIGSTOP);
+      continue;
+    }
     say("weftrun: received %s; forwarding it to all ranks\n", signal_name(sig).c_str());
     if (!exit_status_) {
       exit_status_ = 128 + sig;
@@ -363,10 +388,18 @@ void Job::handle_signals() {
 void Job::reap_children() {
   int status = 0;
   pid_t pid;
+  bool orphan_reaped = false;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
     auto found = rank_by_pid_.find(pid);
     if (found != rank_by_pid_.end()) {
       on_rank_exit(ranks_[static_cast<size_t>(found->second)], status);
+    } else {
+      orphan_reaped = true;  // a rank's background process: maybe the last of its group
+    }
+  }
+  if (orphan_reaped) {
+    for (Rank& rank : ranks_) {
+      if (rank.exited && rank.group_alive) rank.group_alive = killpg(rank.pid, 0) == 0 || errno == EPERM;
     }
   }
 }
@@ -391,6 +424,9 @@ void Job::kill_and_reap_ranks() {
 
 void Job::on_rank_exit(Rank& rank, int status) {
   rank.exited = true;
+  // Reaped, its pid may be taken by an unrelated process once its group is empty too: a group
+  // found empty now is never signalled again.
+  rank.group_alive = killpg(rank.pid, 0) == 0 || errno == EPERM;
   // Forward what the rank wrote before exiting, so it precedes any failure report.
   read_stream(rank, rank.out, 256);
   read_stream(rank, rank.err, 256);

@@ -42,7 +42,11 @@ const char kUsage[] =
     "is set, MASTER_ADDR and MASTER_PORT are passed through unchanged.\n"
     "If a rank fails, the others get SIGTERM; the exit status is the failing rank's exit\n"
     "code, or 128+N if it died by signal N. SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to all\n"
-    "ranks, and weftrun then dies by the same signal.\n";
+    "ranks, and weftrun then dies by the same signal; SIGUSR1/SIGUSR2 are passed on and the job\n"
+    "goes on; Ctrl-Z (SIGTSTP) stops the ranks and weftrun, SIGCONT resumes them. A signal\n"
+    "weftrun was started ignoring (nohup's SIGHUP) stays ignored. Ranks get OMP_NUM_THREADS=1\n"
+    "unless it is set, as under torchrun. A program not found exits 127, one that cannot be\n"
+    "executed 126.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "weftrun: error: %s\n\n%s", message.c_str(), kUsage);
