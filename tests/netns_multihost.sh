@@ -13,6 +13,7 @@
 #                of the link going down; the times are printed
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
 #   hostname-root  the root named by a host name that is loopback on rank 0's host only
+#   weftrun      one weftrun per host (--nnodes 3 --node-rank h), 2 ranks each: weft-stress verified
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
 #                the planned ring and double binary tree, verified; then again with the topology
 #                of tests/topo/server-2s.xml (two NICs a host: two channels, so the ring
@@ -162,6 +163,17 @@ case $mode in
     wait_all ok
     grep "weft-stress:" "$work/rank0.log"
     grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+    ;;
+  weftrun)
+    # One weftrun per host, as torchrun --nnodes: 3 hosts x 2 ranks, numbered by the launchers
+    # (WEFT_SECRET from the caller's environment, the same everywhere).
+    for ((h = 0; h < nhosts; ++h)); do
+      start_rank "$h" "$h" "$h" 0 "$bin/weftrun" --nnodes $nhosts --node-rank "$h" --master-addr $master_addr \
+        --master-port $port -n 2 --timeout 300 "$bin/weft-stress" -i 200 -s 9 -m 256K
+    done
+    wait_all ok
+    grep "weft-stress:" "$work/rank0.log"
+    grep -q "weft-stress: 6 ranks, .* 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
     ;;
   hostname-root)
     # The root named by a host name that rank 0's host maps to a loopback address, as Debian's

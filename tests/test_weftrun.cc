@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -73,6 +77,73 @@ TEST_CASE("weftrun: OMP_NUM_THREADS is 1 unless set, a torchrun agent's settings
   Launch kept(own, {"-n", "2", "/bin/sh", "-c", "env > \"$TEST_DIR/env.$RANK\""}, {{"OMP_NUM_THREADS", "3"}});
   REQUIRE(kept.wait().status == 0);
   CHECK(read_env_file(own.path / "env.0")["OMP_NUM_THREADS"] == "3");
+}
+
+TEST_CASE("weftrun: one launcher per host numbers the ranks across hosts, as torchrun --nnodes", "[weftrun]") {
+  // Two "hosts" on this one: the environment of 2 x 2 ranks, and the same id, port and secret
+  // everywhere (the secret from the caller: no launcher can choose it for the others).
+  TempDir shared, first, second;
+  const std::string script = "env > \"$OUT/env.$RANK\"";
+  const std::string secret(64, 'a');
+  std::vector<std::unique_ptr<Launch>> hosts;
+  for (int node = 0; node < 2; ++node) {
+    hosts.push_back(std::make_unique<Launch>(
+        node == 0 ? first : second,
+        std::vector<std::string>{"--nnodes", "2", "--node_rank=" + std::to_string(node), "--master-addr", "127.0.0.1",
+                                 "--master-port", "29777", "--rdzv-id", "job7", "-n", "2", "/bin/sh", "-c", script},
+        std::map<std::string, std::optional<std::string>>{{"OUT", shared.path.string()}, {"WEFT_SECRET", secret}}));
+  }
+  for (auto& host : hosts) REQUIRE(host->wait().status == 0);
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    auto env = read_env_file(shared.path / ("env." + std::to_string(rank)));
+    CHECK(env["RANK"] == std::to_string(rank));
+    CHECK(env["ROLE_RANK"] == std::to_string(rank));
+    CHECK(env["LOCAL_RANK"] == std::to_string(rank % 2));
+    CHECK(env["GROUP_RANK"] == std::to_string(rank / 2));
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["LOCAL_WORLD_SIZE"] == "2");
+    CHECK(env["GROUP_WORLD_SIZE"] == "2");
+    CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(env["MASTER_PORT"] == "29777");
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "job7");
+    CHECK(env["WEFT_SECRET"] == secret);
+  }
+}
+
+TEST_CASE("weftrun: across hosts, no made-up secret, torchrun's default port, and layouts that cannot be", "[weftrun]") {
+  TempDir dir;
+  Launch launch(dir, {"--nnodes", "3", "--node-rank", "2", "-n", "1", "/bin/sh", "-c", "env > \"$TEST_DIR/env\""},
+                {{"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", std::nullopt}, {"WEFT_SECRET", std::nullopt}});
+  REQUIRE(launch.wait().status == 0);
+  auto env = read_env_file(dir.path / "env");
+  CHECK(env["RANK"] == "2");
+  CHECK(env["MASTER_PORT"] == "29500");
+  CHECK(env["TORCHELASTIC_RUN_ID"] == "none");
+  CHECK(env.count("WEFT_SECRET") == 0);  // Weft's ranks derive one from the id, and warn
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--nnodes", "2", "-n", "1", "true"},  // where is rank 0?
+           {"--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "true"},
+           {"--nnodes", "1:4", "true"},
+           {"--nnodes", "2", "--standalone", "--master-addr", "h", "true"},
+           {"--master-port", "70000", "true"},
+           {"-m", "--no-python", "x"}}) {
+    Result result = run_weftrun(args, {{"MASTER_ADDR", std::nullopt}});
+    INFO(args[0] << " " << args[1] << ": " << result.err);
+    CHECK(result.status == 2);
+  }
+}
+
+TEST_CASE("weftrun: a .py program runs with python3, -m runs a module, as torchrun", "[weftrun]") {
+  TempDir dir;
+  const fs::path script = dir.path / "hello.py";
+  std::ofstream(script) << "import os\nprint('script rank', os.environ['RANK'])\n";
+  Result result = run_weftrun({"-n", "2", script.string()});
+  CHECK(result.status == 0);
+  CHECK(result.out.find("script rank 1") != std::string::npos);
+  Result module = run_weftrun({"-n", "1", "-m", "json.tool", "--help"});
+  CHECK(module.status == 0);
+  CHECK(module.out.find("usage") != std::string::npos);
 }
 
 TEST_CASE("weftrun: MASTER_ADDR and MASTER_PORT from the environment are kept", "[weftrun]") {

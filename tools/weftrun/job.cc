@@ -113,9 +113,15 @@ bool Job::setup(std::string& error) {
 
   const char* env_addr = std::getenv("MASTER_ADDR");
   const char* env_port = std::getenv("MASTER_PORT");
-  master_addr_ = env_addr && *env_addr ? env_addr : "127.0.0.1";
-  if (env_port && *env_port) {
+  master_addr_ = !options_.master_addr.empty() ? options_.master_addr
+                 : env_addr && *env_addr       ? env_addr
+                                               : "127.0.0.1";
+  if (!options_.master_port.empty()) {
+    master_port_ = options_.master_port;
+  } else if (env_port && *env_port) {
     master_port_ = env_port;
+  } else if (options_.nnodes > 1) {
+    master_port_ = "29500";  // torchrun's default: every host must name the same port
   } else {
     std::string port_error;
     std::optional<std::string> port = find_free_port(master_addr_, port_error);
@@ -125,11 +131,15 @@ bool Job::setup(std::string& error) {
     }
     master_port_ = *port;
   }
-  run_id_ = random_hex(8);
-  // The ranks' bootstrap secret (WEFT_SECRET), unless the caller chose one.
+  // The job's id and the ranks' bootstrap secret (WEFT_SECRET), unless the caller chose them.
+  // Across hosts both must be the same everywhere, which no weftrun can choose alone: the id
+  // is --rdzv-id or torchrun's "none", and the secret the caller's or none (Weft then derives
+  // one from the id and port, and warns).
   const char* env_secret = std::getenv("WEFT_SECRET");
-  secret_ = env_secret && *env_secret ? env_secret : random_hex(32);
-  if (run_id_.empty() || secret_.empty()) {
+  const bool one_host = options_.nnodes == 1;
+  run_id_ = !options_.run_id.empty() ? options_.run_id : one_host ? random_hex(8) : "none";
+  secret_ = env_secret && *env_secret ? env_secret : one_host ? random_hex(32) : "";
+  if (run_id_.empty() || (one_host && secret_.empty())) {
     error = std::string("getrandom: ") + std::strerror(errno);
     return false;
   }
@@ -195,15 +205,17 @@ std::vector<std::string> Job::base_environment() {
   // As torchrun: several ranks that each start a thread per CPU (OpenMP, BLAS) would crowd
   // the machine, so each gets one unless the user says otherwise.
   if (!threads_set && options_.nproc > 1) env.emplace_back("OMP_NUM_THREADS=1");
-  std::string world = std::to_string(options_.nproc);
+  const std::string world = std::to_string(static_cast<long>(options_.nnodes) * options_.nproc);
   for (const std::string& setting :
        {"MASTER_ADDR=" + master_addr_, "MASTER_PORT=" + master_port_, "WORLD_SIZE=" + world,
-        "LOCAL_WORLD_SIZE=" + world, "ROLE_WORLD_SIZE=" + world, std::string("GROUP_RANK=0"),
-        std::string("GROUP_WORLD_SIZE=1"), std::string("ROLE_NAME=default"),
-        "TORCHELASTIC_RUN_ID=" + run_id_, std::string("TORCHELASTIC_RESTART_COUNT=0"),
-        std::string("TORCHELASTIC_MAX_RESTARTS=0"), std::string("WEFT_LAUNCHER=weftrun"), "WEFT_SECRET=" + secret_}) {
+        "LOCAL_WORLD_SIZE=" + std::to_string(options_.nproc), "ROLE_WORLD_SIZE=" + world,
+        "GROUP_RANK=" + std::to_string(options_.node_rank), "GROUP_WORLD_SIZE=" + std::to_string(options_.nnodes),
+        std::string("ROLE_NAME=default"), "TORCHELASTIC_RUN_ID=" + run_id_,
+        std::string("TORCHELASTIC_RESTART_COUNT=0"), std::string("TORCHELASTIC_MAX_RESTARTS=0"),
+        std::string("WEFT_LAUNCHER=weftrun")}) {
     env.push_back(setting);
   }
+  if (!secret_.empty()) env.push_back("WEFT_SECRET=" + secret_);
   return env;
 }
 
@@ -221,8 +233,10 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
     return false;
   }
   std::vector<std::string> env = base_env;
-  std::string index = std::to_string(rank.index);
-  for (const char* key : {"RANK=", "LOCAL_RANK=", "ROLE_RANK="}) env.push_back(key + index);
+  const std::string global = std::to_string(static_cast<long>(options_.node_rank) * options_.nproc + rank.index);
+  env.push_back("RANK=" + global);
+  env.push_back("ROLE_RANK=" + global);
+  env.push_back("LOCAL_RANK=" + std::to_string(rank.index));
   std::vector<char*> envp;
   for (std::string& entry : env) envp.push_back(entry.data());
   envp.push_back(nullptr);

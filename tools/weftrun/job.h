@@ -37,6 +37,12 @@ struct Options {
   double timeout_seconds = 0;  // 0: no timeout
   double grace_seconds = 5;
   bool bind_cores = false;  // --bind-to core
+  // Several hosts, as torchrun --nnodes/--node-rank: one weftrun per host, each starting its
+  // nproc ranks as ranks node_rank * nproc ... of nnodes * nproc.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr, master_port;  // --master-addr/--master-port (else MASTER_ADDR/PORT)
+  std::string run_id;                    // --rdzv-id: the job's id, the same on every host
   std::vector<std::string> command;
 };
 
