@@ -140,8 +140,13 @@ inline Reduction reductionOf(const c10d::ReduceOp& op, const at::Tensor& like) {
     }
     default: TORCH_CHECK(false, "weft: reduction op ", static_cast<int>(op.op_), " (bitwise) is not supported");
   }
-  TORCH_CHECK(like.scalar_type() != at::kBool || r.op == weftMax || r.op == weftMin,
-              "weft: bool tensors reduce with MAX or MIN only");
+  if (like.scalar_type() == at::kBool) {
+    // As ProcessGroupNCCL: a bool is a byte holding 0 or 1, so SUM is a logical or (MAX, which
+    // cannot overflow the byte) and PRODUCT a logical and (MIN); an average means nothing.
+    TORCH_CHECK(r.op != weftAvg, "weft: bool tensors cannot be averaged (ReduceOp.AVG), as with NCCL");
+    if (r.op == weftSum) r.op = weftMax;
+    if (r.op == weftProd) r.op = weftMin;
+  }
   return r;
 }
 

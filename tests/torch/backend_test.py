@@ -288,8 +288,16 @@ def main():
             lambda: dist._all_gather_base(torch.zeros(4 * n, dtype=torch.int8), torch.ones(4)), "types differ")
     # A throw while a Weft group is being built must not leave the group open: the next
     # collective still runs.
-    refused("all_reduce_coalesced of bool with SUM",
-            lambda: dist.all_reduce_coalesced([torch.ones(2, dtype=torch.bool)] * 2), "MAX or MIN only")
+    refused("all_reduce_coalesced of bool with AVG",
+            lambda: dist.all_reduce_coalesced([torch.ones(2, dtype=torch.bool)] * 2, op=dist.ReduceOp.AVG),
+            "cannot be averaged")
+    # Bools as with NCCL: SUM is a logical or, PRODUCT a logical and.
+    flags = torch.tensor([rank == 0, False, True])
+    dist.all_reduce(flags)
+    check(flags.tolist() == [True, False, True], f"bool SUM (or): {flags}")
+    flags = torch.tensor([rank != 0, True, False])
+    dist.all_reduce(flags, op=dist.ReduceOp.PRODUCT)
+    check(flags.tolist() == [n == 1, True, False], f"bool PRODUCT (and): {flags}")
     t = torch.ones(3)
     dist.all_reduce(t)
     check(torch.all(t == n), f"all_reduce after a refused coalesced call: {t}")
