@@ -356,7 +356,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
+namespace {
+
+// Weft, as NCCL, matches a pair's messages in the order they were posted; gloo matches tags.
+// A script written for gloo's tags could get its messages swapped without a word: say so once.
+void warnIfTagged(int tag) {
+  if (tag != 0) {
+    TORCH_WARN_ONCE("weft: send/recv tags are ignored, as with NCCL: messages between two ranks are received in "
+                    "the order they were sent (tag ", tag, ")");
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  warnIfTagged(tag);
   checkSingle(tensors, "send");
   at::Tensor d = dense(tensors[0]);
   const weftDataType_t type = weftType(d);
@@ -365,7 +379,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& t
   }, [d] {});
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  warnIfTagged(tag);
   checkSingle(tensors, "recv");
   at::Tensor t = tensors[0], d = dense(t);
   const weftDataType_t type = weftType(d);

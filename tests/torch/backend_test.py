@@ -6,12 +6,28 @@ import datetime
 import inspect
 import os
 import sys
+import tempfile
 import time
 
 import torch
 import torch.distributed as dist
 
 import weft_torch  # noqa: F401  (registers the backend)
+
+
+def stderr_of(call):
+    """What call() wrote to file descriptor 2 (C++ warnings go there, not to Python's warnings)."""
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        return f.read().decode(errors="replace")
 
 
 def check(cond, what):
@@ -314,6 +330,15 @@ def main():
     t = torch.ones(3)
     dist.all_reduce(t)
     check(torch.all(t == n), f"all_reduce after a refused send to self: {t}")
+    # Tags are ignored, as with NCCL (gloo matches them): a tagged send says so, on stderr.
+    if n > 1:
+        def tagged():
+            if rank == 0:
+                dist.send(torch.ones(2), 1, tag=7)
+            elif rank == 1:
+                dist.recv(torch.zeros(2), 0, tag=7)
+        said = stderr_of(tagged)
+        check(rank > 1 or "tags are ignored" in said, f"no warning for a tagged send/recv: {said!r}")
     # wait(timeout) keeps the timeout it is given, however long the group's is. The other
     # ranks join 3 s late; rank 0 waits 1 s (it waited 3 s before), then for good.
     if n > 1:
