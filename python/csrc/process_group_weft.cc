@@ -113,7 +113,7 @@ c10::intrusive_ptr<BackendBase> ProcessGroupWeft::create(const c10::intrusive_pt
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   checkSingle(tensors, "broadcast");
-  at::Tensor t = tensors[0], d = dense(t);
+  at::Tensor t = tensors[0], d = denseOutput(t, "broadcast");
   return submit(c10d::OpType::BROADCAST, d, {t}, [&](weftComm_t comm, weftStream_t s) {
     return weftBcast(d.data_ptr(), count(d), weftType(d), static_cast<int>(opts.rootRank), comm, s);
   }, [t, d] { copyBack(t, d); });
@@ -122,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::broadcast(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   checkSingle(tensors, "allreduce");
-  at::Tensor t = tensors[0], d = dense(t);
+  at::Tensor t = tensors[0], d = denseOutput(t, "allreduce");
   const Reduction r = reductionOf(opts.reduceOp, d);
   return submit(c10d::OpType::ALLREDUCE, d, {t}, [&](weftComm_t comm, weftStream_t s) {
     return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
@@ -142,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce_coalesced(std::vector
     checkTensor(t);
     TORCH_CHECK(t.device() == tensors[0].device(), "weft: allreduce_coalesced: tensors on ", tensors[0].device(),
                 " and on ", t.device());
-    denses.push_back(dense(t));
+    denses.push_back(denseOutput(t, "allreduce_coalesced"));
     reductions.push_back(reductionOf(opts.reduceOp, t));
     types.push_back(weftType(t));
   }
@@ -165,7 +165,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allreduce_coalesced(std::vector
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   checkSingle(tensors, "reduce");
-  at::Tensor t = tensors[0], d = dense(t);
+  at::Tensor t = tensors[0], d = denseOutput(t, "reduce");
   const Reduction r = reductionOf(opts.reduceOp, d);
   return submit(c10d::OpType::REDUCE, d, {t}, [&](weftComm_t comm, weftStream_t s) {
     return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
@@ -182,6 +182,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::allgather(std::vector<std::vect
               "weft: allgather needs one output list of ", getSize(), " tensors");
   at::Tensor in = dense(inputs[0]);
   checkPieces(outputs[0], in, "allgather");
+  for (const auto& o : outputs[0]) checkWritable(o, "allgather");
   at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
   std::vector<at::Tensor> outs = outputs[0];
   return submit(c10d::OpType::ALLGATHER, in, outs, [&](weftComm_t comm, weftStream_t s) {
@@ -199,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_allgather_base(at::Tensor& out
   checkTensor(input);
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "weft: _allgather_base output must hold size x input");
   checkSameType(input, output, "_allgather_base");
-  at::Tensor out = output, d = dense(output), in = dense(input);
+  at::Tensor out = output, d = denseOutput(output, "_allgather_base"), in = dense(input);
   return submit(c10d::OpType::_ALLGATHER_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
     return weftAllGather(in.data_ptr(), d.data_ptr(), count(in), weftType(in), comm, s);
   }, [out, d, in] { copyBack(out, d); });
@@ -214,7 +215,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::gather(std::vector<std::vector<
   TORCH_CHECK(!isRoot || (outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize()),
               "weft: gather needs one output list of ", getSize(), " tensors at the root");
   at::Tensor in = dense(inputs[0]);
-  if (isRoot) checkPieces(outputs[0], in, "gather");
+  if (isRoot) {
+    checkPieces(outputs[0], in, "gather");
+    for (const auto& o : outputs[0]) checkWritable(o, "gather");
+  }
   at::Tensor flat = isRoot ? at::empty({getSize() * in.numel()}, in.options()) : at::Tensor();
   std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
   return submit(c10d::OpType::GATHER, in, outs, [&](weftComm_t comm, weftStream_t s) {
@@ -234,7 +238,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::scatter(std::vector<at::Tensor>
   const bool isRoot = getRank() == root;
   TORCH_CHECK(!isRoot || (inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize()),
               "weft: scatter needs one input list of ", getSize(), " tensors at the root");
-  at::Tensor out = outputs[0], d = dense(out);
+  at::Tensor out = outputs[0], d = denseOutput(out, "scatter");
   at::Tensor flat;
   if (isRoot) {
     checkPieces(inputs[0], out, "scatter");
@@ -253,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::reduce_scatter(std::vector<at::
   checkSingle(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
               "weft: reduce_scatter needs one input list of ", getSize(), " tensors");
-  at::Tensor out = outputs[0], d = dense(out);
+  at::Tensor out = outputs[0], d = denseOutput(out, "reduce_scatter");
   checkPieces(inputs[0], out, "reduce_scatter");
   std::vector<at::Tensor> pieces;
   for (const auto& t : inputs[0]) pieces.push_back(t.reshape({-1}));
@@ -272,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::_reduce_scatter_base(at::Tensor
   checkTensor(input);
   TORCH_CHECK(input.numel() == output.numel() * getSize(), "weft: _reduce_scatter_base input must hold size x output");
   checkSameType(input, output, "_reduce_scatter_base");
-  at::Tensor out = output, d = dense(output), in = dense(input);
+  at::Tensor out = output, d = denseOutput(output, "_reduce_scatter_base"), in = dense(input);
   const Reduction r = reductionOf(opts.reduceOp, d);
   return submit(c10d::OpType::_REDUCE_SCATTER_BASE, in, {out}, [&](weftComm_t comm, weftStream_t s) {
     return withOperator(r, comm, weftType(d), [&](weftRedOp_t op) {
@@ -288,7 +292,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall_base(at::Tensor& outpu
   checkTensor(output);
   checkTensor(input);
   checkSameType(input, output, "alltoall_base");
-  at::Tensor out = output, d = dense(output), in = dense(input);
+  at::Tensor out = output, d = denseOutput(output, "alltoall_base"), in = dense(input);
   const int n = getSize();
   const weftDataType_t type = weftType(in);
   if (outputSplits.empty() && inputSplits.empty()) {
@@ -336,7 +340,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::alltoall(std::vector<at::Tensor
     TORCH_CHECK(inputs[static_cast<size_t>(p)].device() == inputs[0].device(), "weft: alltoall: tensors on ",
                 inputs[0].device(), " and on ", inputs[static_cast<size_t>(p)].device());
     ins.push_back(dense(inputs[static_cast<size_t>(p)]));
-    outs.push_back(dense(outputs[static_cast<size_t>(p)]));
+    outs.push_back(denseOutput(outputs[static_cast<size_t>(p)], "alltoall"));
     types.push_back(weftType(ins.back()));
   }
   std::vector<at::Tensor> results = outputs;
@@ -382,7 +386,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::send(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> ProcessGroupWeft::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   warnIfTagged(tag);
   checkSingle(tensors, "recv");
-  at::Tensor t = tensors[0], d = dense(t);
+  at::Tensor t = tensors[0], d = denseOutput(t, "recv");
   const weftDataType_t type = weftType(d);
   return defer(c10d::OpType::RECV, d, {t}, [d, type, srcRank](weftComm_t comm, weftStream_t s) {
     return weftRecv(d.data_ptr(), count(d), type, srcRank, comm, s);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include <functional>
@@ -94,6 +95,18 @@ inline std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const 
 
 // A contiguous view of t, or a contiguous copy (whose result finish() copies back into t).
 inline at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+// The same for an output, which the result is copied into once the ranks have communicated:
+// a tensor whose elements share memory (an expand()ed view), which torch cannot write, is
+// refused before anything runs, not after.
+inline void checkWritable(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "weft: ", what,
+              ": the output tensor has elements that share memory (an expand()ed view?), which cannot be written");
+}
+inline at::Tensor denseOutput(const at::Tensor& t, const char* what) {
+  checkWritable(t, what);
+  return dense(t);
+}
 
 inline void copyBack(const at::Tensor& to, const at::Tensor& from) {
   if (!to.is_same(from)) to.copy_(from);

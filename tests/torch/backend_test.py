@@ -300,6 +300,10 @@ def main():
             lambda: dist.all_gather([torch.zeros(1) for _ in range(n)], torch.ones(3)), "must hold 3 elements")
     refused("all_to_all_single with splits that overrun",
             lambda: dist.all_to_all_single(torch.zeros(n), torch.ones(2 * n), [2] * n, [2] * n), "add up to")
+    refused("all_reduce into an expanded tensor (one element, four views)",
+            lambda: dist.all_reduce(torch.ones(1).expand(4)), "share memory")
+    refused("all_gather into an expanded tensor",
+            lambda: dist.all_gather([torch.zeros(1).expand(3) for _ in range(n)], torch.ones(3)), "share memory")
     refused("_all_gather_base into another type",
             lambda: dist._all_gather_base(torch.zeros(4 * n, dtype=torch.int8), torch.ones(4)), "types differ")
     # A throw while a Weft group is being built must not leave the group open: the next
