@@ -167,8 +167,7 @@ class GlooBench {
   const Options& options_;
   Buffer send_;
   Buffer recv_;
-  long long outOfBounds_ = 0;
-  bool checkFailed_ = false;
+  long long errors_ = 0;  // failed checks and stray writes (printFooter), over all ranks
 };
 
 void GlooBench::barrier() {
@@ -244,19 +243,20 @@ int GlooBench::run() {
     rows.push_back(row);
     if (rank_ == 0) weftperf::printRow(stdout, row);
   }
-  if (rank_ != 0) return checkFailed_ ? kExitFailure : kExitOk;
-
-  weftperf::printFooter(stdout, outOfBounds_, options_.check, weftperf::averageBusBw(rows));
-  int status = kExitOk;
-  if (checkFailed_) {
-    std::fprintf(stderr, "gloo-allreduce-bench: data check FAILED\n");
-    status = kExitFailure;
+  int status = errors_ != 0 ? kExitFailure : kExitOk;
+  if (rank_ == 0) {
+    weftperf::printFooter(stdout, errors_, options_.check, weftperf::averageBusBw(rows));
+    if (errors_ != 0) std::fprintf(stderr, "gloo-allreduce-bench: data check FAILED\n");
+    std::string error;
+    if (!options_.jsonPath.empty() && !weftperf::writeJson(options_.jsonPath, rows, &error)) {
+      std::fprintf(stderr, "gloo-allreduce-bench: %s\n", error.c_str());
+      status = kExitFailure;
+    }
   }
-  std::string error;
-  if (!options_.jsonPath.empty() && !weftperf::writeJson(options_.jsonPath, rows, &error)) {
-    std::fprintf(stderr, "gloo-allreduce-bench: %s\n", error.c_str());
-    status = kExitFailure;
-  }
+  // Every rank leaves once rank 0 has written everything (a failing rank that left at once
+  // would have the launcher stop rank 0 before its report is out).
+  std::fflush(nullptr);
+  barrier();
   return status;
 }
 
@@ -318,8 +318,7 @@ long long GlooBench::checkedRun(size_t count, bool inPlace) {
   const ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<double>);
   wrong = static_cast<long long>(reduceOne(static_cast<double>(wrong), sum));
   stray = static_cast<long long>(reduceOne(static_cast<double>(stray), sum));
-  outOfBounds_ += stray;
-  if (wrong != 0 || stray != 0) checkFailed_ = true;
+  errors_ += (wrong != 0 ? 1 : 0) + stray;
   return wrong;
 }
 

@@ -203,8 +203,7 @@ class MpiBench {
   const Options& options_;
   Buffer send_;
   Buffer recv_;
-  long long outOfBounds_ = 0;
-  bool checkFailed_ = false;
+  long long errors_ = 0;  // failed checks and stray writes (printFooter), over all ranks
 };
 
 void MpiBench::printPreamble() {
@@ -267,7 +266,7 @@ int MpiBench::run() {
     weftperf::Row row;
     row.collective = options_.name;
     row.bytes = count * sizeof(float);
-    row.count = count;
+    row.count = count / multiple;  // nccl-tests' count: what the call is given (per rank for all-gather)
     row.type = "float";
     row.redop = options_.collective == Collective::AllReduce ? "sum" : "none";
     row.root = options_.collective == Collective::Broadcast ? 0 : -1;
@@ -277,19 +276,20 @@ int MpiBench::run() {
     rows.push_back(row);
     if (rank_ == 0) weftperf::printRow(stdout, row);
   }
-  if (rank_ != 0) return checkFailed_ ? kExitFailure : kExitOk;
-
-  weftperf::printFooter(stdout, outOfBounds_, options_.check, weftperf::averageBusBw(rows));
-  int status = kExitOk;
-  if (checkFailed_) {
-    std::fprintf(stderr, "mpi-bench: data check FAILED\n");
-    status = kExitFailure;
+  int status = errors_ != 0 ? kExitFailure : kExitOk;
+  if (rank_ == 0) {
+    weftperf::printFooter(stdout, errors_, options_.check, weftperf::averageBusBw(rows));
+    if (errors_ != 0) std::fprintf(stderr, "mpi-bench: data check FAILED\n");
+    std::string error;
+    if (!options_.jsonPath.empty() && !weftperf::writeJson(options_.jsonPath, rows, &error)) {
+      std::fprintf(stderr, "mpi-bench: %s\n", error.c_str());
+      status = kExitFailure;
+    }
   }
-  std::string error;
-  if (!options_.jsonPath.empty() && !weftperf::writeJson(options_.jsonPath, rows, &error)) {
-    std::fprintf(stderr, "mpi-bench: %s\n", error.c_str());
-    status = kExitFailure;
-  }
+  // Every rank leaves once rank 0 has written everything (a failing rank that left at once
+  // would have the launcher stop rank 0 before its report is out).
+  std::fflush(nullptr);
+  MPI_Barrier(MPI_COMM_WORLD);
   return status;
 }
 
@@ -324,8 +324,7 @@ long long MpiBench::checkedRun(size_t count, bool inPlace) {
   }
   wrong = sumOverRanks(wrong);
   stray = sumOverRanks(stray);
-  outOfBounds_ += stray;
-  if (wrong != 0 || stray != 0) checkFailed_ = true;
+  errors_ += (wrong != 0 ? 1 : 0) + stray;
   return wrong;
 }
 

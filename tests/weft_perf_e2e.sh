@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: weft-perf under each launcher, data checked, JSON parsed, usage errors.
 #   weft_perf_e2e.sh BIN_DIR weftrun|collectives|mpirun|json|measure|usage
+#   weft_perf_e2e.sh BIN_DIR checker SHIM.so
 # Exit 77 (ctest: skipped) when the launcher is not installed.
 set -euo pipefail
 bin=$1
@@ -8,10 +9,11 @@ mode=$2
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-check_table() {  # every row has 0 wrong (or N/A: sendrecv has no in-place run) and the footer is there
+check_table() {  # every row has 0 wrong (or -: sendrecv has no in-place run) and the footer is there
   local out=$1
   grep -q "^# Avg bus bandwidth" "$out" || { echo "no '# Avg bus bandwidth' line"; cat "$out"; exit 1; }
-  awk '!/^#/ && NF == 13 { if ($9 != 0 || ($13 != 0 && $13 != "N/A")) { print "wrong elements: " $0; bad = 1 } ; rows++ }
+  grep -q "^# Out of bounds values : 0 OK" "$out" || { echo "the footer does not say 0 OK"; cat "$out"; exit 1; }
+  awk '/^ +[0-9]/ && NF == 13 { if ($9 != 0 || ($13 != 0 && $13 != "-")) { print "wrong elements: " $0; bad = 1 } ; rows++ }
        END { if (!rows) { print "no rows"; bad = 1 } ; exit bad }' "$out"
 }
 
@@ -64,6 +66,19 @@ PY
         echo "a malformed or zero measurement:"; cat "$work/links"; exit 1
       fi
     done
+    ;;
+  checker)  # an all-gather that does nothing in place (tests/noop_inplace_allgather.c) is caught
+    set +e
+    LD_PRELOAD=$3 "$bin/weftrun" -n 2 --timeout 120 "$bin/weft-perf" allgather -d float -b 64 -e 4K -f 4 -n 2 -w 1 \
+      > "$work/out" 2>&1
+    rc=$?
+    set -e
+    if [[ $rc == 0 ]] || ! grep -q "^# Out of bounds values : [1-9][0-9]* FAILED" "$work/out"; then
+      echo "an all-gather that ignored in-place calls passed the check (exit $rc):"; cat "$work/out"; exit 1
+    fi
+    # Out of place the library is Weft's own: 0 wrong there, wrong elements in every in-place column.
+    awk '/^ +[0-9]/ && NF == 13 { if ($9 != 0 || $13 == 0) { print "unexpected: " $0; bad = 1 } ; rows++ }
+         END { exit bad || !rows }' "$work/out" || { cat "$work/out"; exit 1; }
     ;;
   usage)
     for args in "-b" "-b 1X" "-d nosuchtype" "-o nosuchop" "-n 0" "-e 8 -b 1K" "--nosuchflag" "nosuchcollective" \

@@ -80,7 +80,7 @@ int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, s
       if (!size(&sweep.maxBytes)) return bad("a size from 1 byte to 1048576G");
       return 1;
     case 'f':
-      if (!parseInt(arg, 0, 1 << 20, &value)) return bad("a step factor (an integer >= 0)");
+      if (!parseInt(arg, 0, 1 << 20, &value)) return bad("a step factor (an integer from 0 to 1048576)");
       sweep.stepFactor = static_cast<size_t>(value);
       options->stepFactorGiven = true;
       return 1;
@@ -89,10 +89,10 @@ int parseCommonOption(int opt, const std::string& arg, CommonOptions* options, s
       options->stepBytesGiven = true;
       return 1;
     case 'n':
-      if (!parseInt(arg, 1, 1000000000, &options->iters)) return bad("an iteration count >= 1");
+      if (!parseInt(arg, 1, 1000000000, &options->iters)) return bad("an iteration count from 1 to 1000000000");
       return 1;
     case 'w':
-      if (!parseInt(arg, 0, 1000000000, &options->warmupIters)) return bad("an iteration count >= 0");
+      if (!parseInt(arg, 0, 1000000000, &options->warmupIters)) return bad("an iteration count from 0 to 1000000000");
       return 1;
     case 'c':
       if (!parseInt(arg, 0, 1, &value)) return bad("0 or 1");
@@ -144,6 +144,8 @@ std::vector<option> longOptions(std::initializer_list<option> own) {
 std::string shortOptions(const char* own) { return std::string(":b:e:f:i:n:w:c:J:") + own; }
 
 int usageError(const char* tool, const char* format, ...) {
+  // Every rank finds the same mistake: rank 0 alone says so, else the lines interleave.
+  if (launcherSaysNotRankZero()) return kExitUsage;
   std::fprintf(stderr, "%s: ", tool);
   va_list args;
   va_start(args, format);
@@ -232,6 +234,10 @@ std::string formatTime(double us) {
 }
 
 void printMeasurement(std::FILE* out, const Measurement& m) {
+  if (!m.ran()) {  // send/recv has no in-place run
+    std::fprintf(out, "  %7s  %6s  %6s  %5s", "-", "-", "-", "-");
+    return;
+  }
   char wrong[32];
   if (m.wrong < 0) {
     std::snprintf(wrong, sizeof wrong, "%s", "N/A");
@@ -268,6 +274,10 @@ void jsonString(std::FILE* out, const std::string& s) {
 }
 
 void jsonMeasurement(std::FILE* out, const Measurement& m) {
+  if (!m.ran()) {
+    std::fputs("null", out);
+    return;
+  }
   std::fputs("{\"time_us\":", out);
   jsonNumber(out, m.timeUs, "%.3f");
   std::fputs(",\"algbw\":", out);
@@ -307,9 +317,9 @@ void printRow(std::FILE* out, const Row& row) {
   std::fflush(out);
 }
 
-void printFooter(std::FILE* out, long long outOfBounds, bool checked, double avgBusBw) {
-  std::fprintf(out, "# Out of bounds values : %lld %s%s\n", outOfBounds,
-               outOfBounds == 0 ? "OK" : "FAILED", checked ? "" : " (not checked: -c 0)");
+void printFooter(std::FILE* out, long long errors, bool checked, double avgBusBw) {
+  std::fprintf(out, "# Out of bounds values : %lld %s%s\n", errors, errors == 0 ? "OK" : "FAILED",
+               checked ? "" : " (not checked: -c 0)");
   std::fprintf(out, "# Avg bus bandwidth    : %g\n", avgBusBw);
   std::fflush(out);
 }
@@ -319,7 +329,7 @@ double averageBusBw(const std::vector<Row>& rows) {
   size_t measured = 0;
   for (const Row& row : rows) {
     for (const Measurement* m : {&row.oop, &row.ip}) {
-      if (m->timeUs <= 0) continue;  // not run (send/recv has no in-place run)
+      if (!m->ran()) continue;  // send/recv has no in-place run
       total += m->busbw;
       ++measured;
     }

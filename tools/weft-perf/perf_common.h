@@ -85,6 +85,7 @@ struct Measurement {
   double algbw = 0;   // GB/s: bytes / time
   double busbw = 0;   // GB/s: algbw x the collective's factor (2(n-1)/n for all-reduce)
   long long wrong = -1;  // mismatching elements summed over ranks; -1: not checked
+  bool ran() const { return timeUs > 0; }  // not run: shown as "-", null in JSON
 };
 
 // Fills in algbw and busbw = algbw x busFactor for a collective of `bytes` (see collectives.h).
@@ -111,8 +112,10 @@ Row floatSumAllReduceRow(size_t count, int nranks);
 // The three header lines above the rows (placement banner, column names, units).
 void printColumnHeader(std::FILE* out);
 void printRow(std::FILE* out, const Row& row);
-// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X".
-void printFooter(std::FILE* out, long long outOfBounds, bool checked, double avgBusBw);
+// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X", as nccl-tests: N
+// counts the checks that found wrong elements (as nccl-tests does) and the elements written
+// past an output; FAILED unless 0.
+void printFooter(std::FILE* out, long long errors, bool checked, double avgBusBw);
 
 // Mean busbw over every measurement (both placements of every row); 0 when there are none.
 double averageBusBw(const std::vector<Row>& rows);

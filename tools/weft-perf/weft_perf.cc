@@ -106,8 +106,7 @@ class Benchmark {
   DeviceBuffer deviceRecv_;
   weftStream_t stream_ = nullptr;
   std::vector<Row> rows_;
-  long long outOfBounds_ = 0;
-  bool checkFailed_ = false;
+  long long errors_ = 0;  // failed checks and stray writes (printFooter), over all ranks
 };
 
 void Benchmark::call(weftResult_t result, const char* what) const {
@@ -185,29 +184,34 @@ int Benchmark::run() {
   for (const DataType* type : options_.types) {
     for (const RedOp* op : options_.ops) runSweep(*type, *op);
   }
+  int status = kExitOk;
   if (rows_.empty()) {  // alike on every rank
     if (rank_ == 0) {
       std::fprintf(stderr, "weft-perf: nothing was measured: every size from -b to -e is less than one element%s\n",
                    collective_.blocked ? " per rank" : "");
     }
-    return kExitUsage;
-  }
-  if (rank_ != 0) return checkFailed_ ? kExitFailure : kExitOk;
-
-  printFooter(stdout, outOfBounds_, options_.check, averageBusBw(rows_));
-  int status = kExitOk;
-  if (checkFailed_) {
-    std::fprintf(stderr, "weft-perf: data check FAILED (see the #wrong columns and the "
-                         "out-of-bounds count)\n");
+    status = kExitUsage;
+  } else if (errors_ != 0) {
     status = kExitFailure;
   }
-  if (!options_.jsonPath.empty()) {
-    std::string error;
-    if (!writeJson(options_.jsonPath, rows_, &error)) {
-      std::fprintf(stderr, "weft-perf: %s\n", error.c_str());
-      status = kExitFailure;
+  if (rank_ == 0 && !rows_.empty()) {
+    printFooter(stdout, errors_, options_.check, averageBusBw(rows_));
+    if (errors_ != 0) {
+      std::fprintf(stderr, "weft-perf: data check FAILED (see the #wrong columns and the "
+                           "out-of-bounds count)\n");
+    }
+    if (!options_.jsonPath.empty()) {
+      std::string error;
+      if (!writeJson(options_.jsonPath, rows_, &error)) {
+        std::fprintf(stderr, "weft-perf: %s\n", error.c_str());
+        status = kExitFailure;
+      }
     }
   }
+  // A failing rank that returned at once would have the launcher stop rank 0 before its report
+  // is out: every rank leaves once rank 0 has written everything.
+  std::fflush(nullptr);
+  barrier();
   return status;
 }
 
@@ -226,7 +230,7 @@ void Benchmark::runSweep(const DataType& type, const RedOp& op) {
     Row row;
     row.collective = collective_.name;
     row.bytes = count * type.size;
-    row.count = count;
+    row.count = collective_.callCount(count, nranks_);  // nccl-tests' count: what the call is given
     row.type = type.name;
     row.redop = collective_.reduces ? op.name : "none";
     row.root = collective_.rooted ? options_.root : -1;
@@ -292,11 +296,13 @@ double Benchmark::timeCollective(const Placement& p) {
   return maxOverRanks(us / static_cast<double>(options_.iters));
 }
 
-// One run on freshly prepared buffers: the output poisoned (in place: the input restored), the
-// guard poisoned. Returns the wrong elements over all ranks and adds up stray writes.
+// One run on freshly prepared buffers: the output poisoned, then (in place) the input put in
+// its place within it, the guard poisoned. In place too the rest of the output is poisoned:
+// the timed runs left the right answer there, which a call that wrote nothing would keep.
+// Returns the wrong elements over all ranks and counts the failed check and stray writes.
 long long Benchmark::checkedRun(const Placement& p) {
   if (options_.gpu) {
-    if (!p.inPlace) gpu::fill(p.recv, kPoisonByte, p.recvElements * p.type.size);
+    gpu::fill(p.recv, kPoisonByte, p.recvElements * p.type.size);
     loadInput(p);
     gpu::fill(p.guard, kPoisonByte, kGuardBytes);
     issue(p);
@@ -307,7 +313,7 @@ long long Benchmark::checkedRun(const Placement& p) {
     call(weftCommGetAsyncError(comm_, &async), "weftCommGetAsyncError");
     call(async, collective_.name);
   } else {
-    if (!p.inPlace) std::memset(p.recv, kPoisonByte, p.recvElements * p.type.size);
+    std::memset(p.recv, kPoisonByte, p.recvElements * p.type.size);
     loadInput(p);
     std::memset(p.guard, kPoisonByte, kGuardBytes);
     issue(p);
@@ -328,8 +334,7 @@ long long Benchmark::checkedRun(const Placement& p) {
     }
   }
   sumOverRanks(counts, 2);
-  outOfBounds_ += counts[1];
-  if (counts[0] != 0 || counts[1] != 0) checkFailed_ = true;
+  errors_ += (counts[0] != 0 ? 1 : 0) + counts[1];
   return counts[0];
 }
 

@@ -56,7 +56,8 @@ int usage(const char* message) {
 int parse(int argc, char** argv, Options* o) {
   int c;
   long value = 0;
-  while ((c = getopt(argc, argv, "i:t:s:m:c:h")) != -1) {
+  opterr = 0;  // the messages are ours
+  while ((c = getopt(argc, argv, ":i:t:s:m:c:h")) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
     switch (c) {
       case 'i':
@@ -85,8 +86,10 @@ int parse(int argc, char** argv, Options* o) {
         break;
       case 'h':
         return usage(nullptr);
+      case ':':
+        return usage((std::string("option -") + static_cast<char>(optopt) + " needs a value").c_str());
       default:
-        return usage("unknown option");
+        return usage((std::string("unknown option -") + static_cast<char>(optopt)).c_str());
     }
   }
   return optind < argc ? usage("unexpected argument") : -1;
@@ -170,7 +173,8 @@ class Stress {
     for (long i = 0; ok; ++i) {
       if (o_.seconds > 0) {
         // The ranks agree every kAgreeEvery iterations, after the first ones: a run checks
-        // something, however short its time. Rank 0's clock decides, so all stop at the same i.
+        // something, however short its time. The first rank whose clock says so stops them
+        // all, at the same i.
         if (i > 0 && i % kAgreeEvery == 0) {
           int32_t stop = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= o_.seconds;
           ok = check(weftAllReduce(&stop, &stop, 1, weftInt32, weftMax, comm_, nullptr), "agreeing to stop");
@@ -189,6 +193,11 @@ class Stress {
                   "%lld out of bounds, %lld failed calls\n",
                   nranks_, o_.seed, static_cast<long long>(sums[0] / nranks_), static_cast<long long>(sums[1]),
                   static_cast<long long>(sums[2]), static_cast<long long>(sums[3]), static_cast<long long>(sums[4]));
+    }
+    if (ok) {  // a rank that failed at once would have the launcher stop rank 0 before its totals are out
+      std::fflush(nullptr);
+      int32_t token = 0;
+      ok = check(weftAllReduce(&token, &token, 1, weftInt32, weftSum, comm_, nullptr), "meeting after the totals");
     }
     return ok && sums[2] == 0 && sums[3] == 0 && sums[4] == 0 ? kExitOk : kExitFailure;
   }
