@@ -60,4 +60,28 @@ TEST_CASE("env: the tuning sizes are read, and a bad one is an error naming it",
   CHECK(weft::coll::loadTuningConfig().value().pipeline.streamingMinBytes == size_t{8} << 20);
   unsetenv("WEFT_STREAMING_MIN_BYTES");
   CHECK(weft::coll::loadTuningConfig().value().pipeline.streamingMinBytes == SIZE_MAX);  // init decides
+  // A chunk below 1 KiB would make schedules of a step per element: refused, naming the floor.
+  for (const char* tiny : {"4", "1000"}) {
+    setenv("WEFT_CHUNK_BYTES", tiny, 1);
+    auto config = weft::coll::loadTuningConfig();
+    REQUIRE_FALSE(config.isOk());
+    CHECK(config.status().message().find("from 1024 to") != std::string::npos);
+  }
+  setenv("WEFT_CHUNK_BYTES", "1K", 1);
+  CHECK(weft::coll::loadTuningConfig().value().pipeline.chunkBytes == 1024);
+  unsetenv("WEFT_CHUNK_BYTES");
+}
+
+TEST_CASE("env: sizes take K, M and G, within their bounds", "[unit]") {
+  setenv("WEFT_TEST_SIZE", "256M", 1);
+  CHECK(*weft::envByteSize("WEFT_TEST_SIZE", 1, uint64_t{1} << 40).value() == uint64_t{256} << 20);
+  for (const char* bad : {"2x", "-1", "1T", "4"}) {
+    setenv("WEFT_TEST_SIZE", bad, 1);
+    auto size = weft::envByteSize("WEFT_TEST_SIZE", 16, uint64_t{1} << 40);
+    REQUIRE_FALSE(size.isOk());
+    CHECK(size.status().message().find("WEFT_TEST_SIZE") != std::string::npos);
+  }
+  setenv("WEFT_TEST_SIZE", "", 1);  // empty is unset, as for every variable
+  CHECK_FALSE(weft::envByteSize("WEFT_TEST_SIZE", 16, 32).value().has_value());
+  unsetenv("WEFT_TEST_SIZE");
 }

@@ -479,6 +479,17 @@ TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "
     v = 1;
     RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
     RANK_CHECK(ctx, v == ctx.nranks, "sum over the parent after the rejected split: %d", v);
+    // So does one rank's NULL newcomm.
+    rc = weftCommSplit(comm, 0, 0, r == 1 ? nullptr : &none, nullptr);
+    if (r == 1) {
+      RANK_CHECK(ctx, rc == weftInvalidArgument, "the NULL newcomm returned %d", rc);
+    } else {
+      RANK_CHECK(ctx, rc == weftInvalidUsage && std::strstr(weftGetLastError(comm), "rank 1") != nullptr,
+                 "a split with a NULL newcomm on rank 1 returned %d: %s", rc, weftGetLastError(comm));
+    }
+    v = 1;
+    RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, v == ctx.nranks, "sum over the parent after the split with a NULL newcomm: %d", v);
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   }));

@@ -90,10 +90,7 @@ std::vector<int> membersOf(const std::vector<int32_t>& colorKey, int color) {
 extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm,
                                                weftConfig_t* config) {
   constexpr const char* fn = "weftCommSplit";
-  if (newcomm == nullptr) {
-    return api::reportCallError(Status(weftInvalidArgument, std::string(fn) + ": newcomm is NULL"));
-  }
-  *newcomm = nullptr;
+  if (newcomm != nullptr) *newcomm = nullptr;
   auto state = api::lookupComm(comm);
   if (!state) return api::reportCallError(Status(weftInvalidArgument, std::string(fn) + ": invalid communicator"));
   if (state->asyncResult.load() != weftSuccess || state->abortFlag.load() || state->finalized.load()) {
@@ -104,7 +101,9 @@ extern "C" WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int k
         state.get());
   }
   Status checked;
-  if (color < 0 && color != WEFT_SPLIT_NOCOLOR) {
+  if (newcomm == nullptr) {  // rejected, but as every rejection here, after taking part below
+    checked = Status(weftInvalidArgument, std::string(fn) + ": newcomm is NULL");
+  } else if (color < 0 && color != WEFT_SPLIT_NOCOLOR) {
     checked = Status(weftInvalidArgument, formatString("%s: color %d is negative (only WEFT_SPLIT_NOCOLOR may be)", fn, color));
   } else if (api::groupIsOpen()) {
     checked = Status(weftInvalidUsage, std::string(fn) + ": not allowed inside a group");

@@ -53,7 +53,7 @@ Status setUp(CommState& state) {
       able = false;
     }
   }
-  auto bytes = envInt("WEFT_CUDA_IPC_BUFFER_BYTES", 1 << 20, int64_t{1} << 40);
+  auto bytes = envByteSize("WEFT_CUDA_IPC_BUFFER_BYTES", 1 << 20, uint64_t{1} << 40);
   if (!bytes.isOk()) {
     WEFT_WARN("CUDA IPC off: %s", bytes.status().message().c_str());
     able = false;

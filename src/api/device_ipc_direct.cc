@@ -57,7 +57,7 @@ std::string arenaNameOf(const DirectSetUp& r) { return std::string(r.arenaName, 
 
 DirectSetUp prepareDirect(const CommState& state, DeviceIpc& ipc) {
   DirectSetUp mine;
-  auto minBytes = envInt("WEFT_CUDA_IPC_DIRECT_MIN_BYTES", 0, INT64_MAX);
+  auto minBytes = envByteSize("WEFT_CUDA_IPC_DIRECT_MIN_BYTES", 0, UINT64_MAX);
   if (!minBytes.isOk()) {
     WEFT_WARN("the direct CUDA IPC all-reduce is off: %s", minBytes.status().message().c_str());
     return mine;

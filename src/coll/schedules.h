@@ -30,6 +30,10 @@ struct PipelineParams {
 // message costs a few microseconds of system calls, and 128 KiB chunks took 1.5x as long.
 constexpr size_t kSharedMemoryChunkBytes = 128 * 1024;
 constexpr size_t kSocketChunkBytes = 512 * 1024;
+// The smallest WEFT_CHUNK_BYTES: each chunk is a step of the schedule (about 100 bytes), so a
+// 4-byte chunk took 117 MB and 0.3 s to all-reduce 1 MiB; at 1 KiB the schedule is a tenth of
+// the data at most, and tests still get many chunks out of small buffers.
+constexpr size_t kMinChunkBytes = 1024;
 
 // --- all-reduce ---
 // Ring reduce-scatter then all-gather, each block cut into chunks that flow through scratch

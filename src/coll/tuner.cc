@@ -128,18 +128,19 @@ Result<TuningConfig> loadTuningConfig() {
     if (*tune == "measure") config.measureLinks = true;
     else if (*tune != "defaults") return Status(weftInvalidArgument, "WEFT_TUNE=\"" + *tune + "\" is not measure or defaults");
   }
-  for (auto [name, target] : {std::pair{"WEFT_CHUNK_BYTES", &config.pipeline.chunkBytes},
-                              std::pair{"WEFT_RD_MAX_BYTES", &config.recursiveDoublingMaxBytes},
-                              std::pair{"WEFT_ONESHOT_MAX_BYTES", &config.oneShotMaxBytes},
-                              std::pair{"WEFT_TREE_MAX_BYTES", &config.treeMaxBytes},
-                              std::pair{"WEFT_STREAMING_MIN_BYTES", &config.pipeline.streamingMinBytes}}) {
-    if (auto text = envString(name)) {
-      auto bytes = parseByteSize(*text);
-      if (!bytes || *bytes == 0 || *bytes > (1ull << 32)) {
-        return Status(weftInvalidArgument, std::string(name) + "=\"" + *text + "\" is not a size between 1 and 4G");
-      }
-      *target = *bytes;
-    }
+  // A chunk is a step of every pipeline's schedule: the chunk has a floor (kMinChunkBytes).
+  struct Setting {
+    const char* name;
+    size_t* target;
+    uint64_t min;
+  };
+  for (const Setting& s : {Setting{"WEFT_CHUNK_BYTES", &config.pipeline.chunkBytes, kMinChunkBytes},
+                           Setting{"WEFT_RD_MAX_BYTES", &config.recursiveDoublingMaxBytes, 1},
+                           Setting{"WEFT_ONESHOT_MAX_BYTES", &config.oneShotMaxBytes, 1},
+                           Setting{"WEFT_TREE_MAX_BYTES", &config.treeMaxBytes, 1},
+                           Setting{"WEFT_STREAMING_MIN_BYTES", &config.pipeline.streamingMinBytes, 1}}) {
+    WEFT_ASSIGN_OR_RETURN(auto bytes, envByteSize(s.name, s.min, uint64_t{1} << 32));
+    if (bytes) *s.target = static_cast<size_t>(*bytes);
   }
   config.chunkBytesSet = envString("WEFT_CHUNK_BYTES").has_value();
   return config;

@@ -49,6 +49,19 @@ std::optional<uint64_t> parseByteSize(const std::string& text) {
   return value * scale;
 }
 
+Result<std::optional<uint64_t>> envByteSize(const char* name, uint64_t min, uint64_t max) {
+  auto text = envString(name);
+  if (!text) return std::optional<uint64_t>();
+  auto bytes = parseByteSize(*text);
+  if (!bytes || *bytes < min || *bytes > max) {
+    return Status(weftInvalidArgument,
+                  formatString("environment variable %s=\"%s\" is not a size (such as 4096, 64K, 256M) from %llu to %llu "
+                               "bytes", name, text->c_str(), static_cast<unsigned long long>(min),
+                               static_cast<unsigned long long>(max)));
+  }
+  return std::optional<uint64_t>(*bytes);
+}
+
 Result<int> defaultTimeoutMs() {
   auto value = envInt("WEFT_TIMEOUT_MS", 1, INT32_MAX);
   if (!value.isOk()) return value.status();
