@@ -75,8 +75,9 @@ constexpr size_t kSeveralSlots = (size_t{3} << 17) + 5;
 
 // 3 ranks over shared memory with the given timeout. `killDuring` runs on every rank after
 // init: rank 2 dies in it by SIGKILL (leaving a segment no survivor has mapped), and the
-// survivors return the status of the call that failed and when rank 2 was killed. Each survivor must have failed within `withinSeconds` with
-// an accepted status, and leave nothing of the job in /dev/shm after abort.
+// survivors return the status of the call that failed and when rank 2 was killed. Each
+// survivor must have failed within `withinSeconds` with an accepted status, and leave nothing
+// of the job in /dev/shm after abort.
 struct KilledCall {
   weftResult_t rc;
   Clock::time_point killedAt;

@@ -177,8 +177,8 @@ class RootServer {
     if (::poll(fds.data(), fds.size(), 0) <= 0) return true;
     for (size_t r = 0; r < fds.size(); ++r) {
       if ((fds[r].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
-      fail(weftRemoteError, formatString("bootstrap: %s hung up after joining, before every rank had: it gave up (aborted, "
-                                         "timed out) or exited",
+      fail(weftRemoteError, formatString("bootstrap: %s hung up after joining, before every rank had: it gave up "
+                                         "(aborted, timed out) or exited",
                                          describeRank(static_cast<int>(r)).c_str()));
       return false;
     }

@@ -55,8 +55,9 @@ Result<std::optional<uint64_t>> envByteSize(const char* name, uint64_t min, uint
   auto bytes = parseByteSize(*text);
   if (!bytes || *bytes < min || *bytes > max) {
     return Status(weftInvalidArgument,
-                  formatString("environment variable %s=\"%s\" is not a size (such as 4096, 64K, 256M) from %llu to %llu "
-                               "bytes", name, text->c_str(), static_cast<unsigned long long>(min),
+                  formatString("environment variable %s=\"%s\" is not a size (such as 4096, 64K, 256M) from "
+                               "%llu to %llu bytes",
+                               name, text->c_str(), static_cast<unsigned long long>(min),
                                static_cast<unsigned long long>(max)));
   }
   return std::optional<uint64_t>(*bytes);

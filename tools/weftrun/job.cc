@@ -226,14 +226,14 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
       (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
     int pipe_errno = errno;
     const char* hint = pipe_errno == EMFILE ? " (2 descriptors per rank; see ulimit -n)" : "";
-    say("weftrun: cannot create pipes for rank %d: %s%s\n", rank.index, std::strerror(pipe_errno), hint);
+    say("weftrun: cannot create pipes for rank %ld: %s%s\n", rank.global, std::strerror(pipe_errno), hint);
     for (int fd : {out_pipe[0], out_pipe[1]}) {
       if (fd >= 0) close(fd);
     }
     return false;
   }
   std::vector<std::string> env = base_env;
-  const std::string global = std::to_string(static_cast<long>(options_.node_rank) * options_.nproc + rank.index);
+  const std::string global = std::to_string(rank.global);
   env.push_back("RANK=" + global);
   env.push_back("ROLE_RANK=" + global);
   env.push_back("LOCAL_RANK=" + std::to_string(rank.index));
@@ -258,7 +258,7 @@ bool Job::spawn(Rank& rank, const std::vector<std::string>& base_env) {
     }
   }
   if (pid < 0) {
-    say("weftrun: cannot fork rank %d: %s\n", rank.index, std::strerror(fork_errno));
+    say("weftrun: cannot fork rank %ld: %s\n", rank.global, std::strerror(fork_errno));
     return false;
   }
   setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
@@ -278,7 +278,7 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
   setrlimit(RLIMIT_NOFILE, &original_nofile_);
   if (!rank_cpus_.empty() &&
       sched_setaffinity(0, sizeof(cpu_set_t), &rank_cpus_[static_cast<size_t>(rank.index)]) != 0) {
-    dprintf(STDERR_FILENO, "weftrun: rank %d: cannot bind to its core: %s\n", rank.index, std::strerror(errno));
+    dprintf(STDERR_FILENO, "weftrun: rank %ld: cannot bind to its core: %s\n", rank.global, std::strerror(errno));
     _exit(kExitLaunchError);
   }
   if (out_fd >= 0) {
@@ -294,7 +294,7 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
   environ = envp;
   execvp(argv_[0], argv_.data());
   int exec_errno = errno;
-  dprintf(STDERR_FILENO, "weftrun: rank %d: cannot execute '%s': %s\n", rank.index, argv_[0],
+  dprintf(STDERR_FILENO, "weftrun: rank %ld: cannot execute '%s': %s\n", rank.global, argv_[0],
           std::strerror(exec_errno));
   _exit(exec_errno == ENOENT || exec_errno == ENOTDIR ? kExitExecFailed : kExitNotExecutable);
 }
@@ -313,6 +313,7 @@ int Job::run() {
   for (int i = 0; i < options_.nproc; ++i) {
     Rank& rank = ranks_[static_cast<size_t>(i)];
     rank.index = i;
+    rank.global = static_cast<long>(options_.node_rank) * options_.nproc + i;
     if (!spawn(rank, base_env)) {
       for (Rank& later : ranks_) later.exited = later.exited || later.pid < 0;
       exit_status_ = kExitLaunchError;
@@ -329,7 +330,7 @@ int Job::run() {
     if (phase_ == Phase::Killing && now_ms() >= give_up_at_ms_) {  // SIGKILL did not end them all
       for (const Rank& rank : ranks_) {
         if (rank.exited) continue;
-        say("weftrun: warning: rank %d (pid %d) did not exit\n", rank.index, rank.pid);
+        say("weftrun: warning: rank %ld (pid %d) did not exit\n", rank.global, rank.pid);
       }
       say("weftrun: warning: some processes of the job did not exit\n");
       break;
@@ -454,7 +455,7 @@ void Job::on_rank_exit(Rank& rank, int status) {
     exit_status_ = 128 + WTERMSIG(status);
     how = "signal " + signal_name(WTERMSIG(status));
   }
-  say("weftrun: rank %d (pid %d) failed: %s%s\n", rank.index, rank.pid, how.c_str(),
+  say("weftrun: rank %ld (pid %d) failed: %s%s\n", rank.global, rank.pid, how.c_str(),
       all_ranks_exited() ? "" : "; terminating the other ranks");
   stop(SIGTERM);
 }

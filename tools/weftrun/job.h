@@ -59,7 +59,8 @@ struct OutputStream {
 };
 
 struct Rank {
-  int index = 0;
+  int index = 0;   // on this host (LOCAL_RANK)
+  long global = 0; // in the job (RANK): index, offset by --node-rank; what messages name
   pid_t pid = -1;  // also the id of the rank's process group
   bool exited = false;
   bool group_alive = false;  // the process group may still have members

@@ -101,7 +101,7 @@ void Job::read_stream(Rank& rank, OutputStream& stream, int max_reads) {
 }
 
 void Job::forward_output(const Rank& rank, OutputStream& stream, std::string_view data) {
-  std::string prefix = "[" + std::to_string(rank.index) + "]: ";
+  std::string prefix = "[" + std::to_string(rank.global) + "]: ";
   std::string& pending = stream.partial_line;
   pending.append(data);
   std::string out;
@@ -130,7 +130,7 @@ void Job::close_stream(const Rank& rank, OutputStream& stream) {
   close(stream.fd);
   stream.fd = -1;
   if (!stream.partial_line.empty()) {
-    std::string line = "[" + std::to_string(rank.index) + "]: " + stream.partial_line + "\n";
+    std::string line = "[" + std::to_string(rank.global) + "]: " + stream.partial_line + "\n";
     stream.sink->append(line);
     stream.partial_line.clear();
   }
