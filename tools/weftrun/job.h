@@ -80,6 +80,8 @@ class Job {
   enum class Phase { Running, Terminating, Killing };
 
   bool setup(std::string& error);
+  // MASTER_ADDR/MASTER_PORT, the run id and the secret (rendezvous_env.cc).
+  bool choose_rendezvous(std::string& error);
   std::vector<std::string> base_environment();
   bool spawn(Rank& rank, const std::vector<std::string>& base_env);
   [[noreturn]] void exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd);
