@@ -5,6 +5,7 @@
 // and max/min of +0 and -0 may return either zero. Implementations the CPU lacks are reported
 // and skipped. test_kernels.cc checks the scalar reference itself against definitions.
 #include <catch2/catch.hpp>
+#include <xmmintrin.h>
 
 #include <algorithm>
 #include <bit>
@@ -282,6 +283,37 @@ TEST_CASE("SIMD divide matches the scalar reference for every type and divisor",
       CHECK(values == copy);
     }
   }
+}
+
+TEST_CASE("SIMD max and min keep an input's bits with denormals-are-zero on, as the scalar path",
+          "[reduce][simd]") {
+  // A -ffast-math library or torch.set_flush_denormal turns on DAZ for the process: compares see
+  // subnormals as zero, and max_ps returned a flushed zero where the scalar path kept an input,
+  // so ranks on different paths (WEFT_CPU_ISA, mixed hosts) could disagree.
+  std::vector<float> a(100), b(100);
+  std::vector<double> ad(100), bd(100);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = std::bit_cast<float>(static_cast<uint32_t>(1 + i % 7));
+    b[i] = std::bit_cast<float>(static_cast<uint32_t>(1 + i % 5));
+    ad[i] = std::bit_cast<double>(static_cast<uint64_t>(1 + i % 7));
+    bd[i] = std::bit_cast<double>(static_cast<uint64_t>(1 + i % 5));
+  }
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x0040);  // DAZ
+  for (weftRedOp_t op : {weftMax, weftMin}) {
+    std::vector<float> want(100), got(100);
+    std::vector<double> wantD(100), gotD(100);
+    REQUIRE(reduceWithIsa("scalar", want.data(), a.data(), b.data(), a.size(), weftFloat32, op));
+    REQUIRE(reduceWithIsa("scalar", wantD.data(), ad.data(), bd.data(), ad.size(), weftFloat64, op));
+    for (const char* isa : simdIsasToTest()) {
+      CAPTURE(isa, op);
+      REQUIRE(reduceWithIsa(isa, got.data(), a.data(), b.data(), a.size(), weftFloat32, op));
+      REQUIRE(reduceWithIsa(isa, gotD.data(), ad.data(), bd.data(), ad.size(), weftFloat64, op));
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(gotD.data(), wantD.data(), gotD.size() * sizeof(double)) == 0);
+    }
+  }
+  _mm_setcsr(saved);
 }
 
 TEST_CASE("SIMD implementations ignore an invalid type or op", "[reduce][simd]") {

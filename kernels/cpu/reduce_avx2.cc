@@ -9,7 +9,7 @@
 //  - int32/uint32: add_epi32, mullo_epi32, max/min_epi32 or epu32.
 //  - int64/uint64: add_epi64; products from three 32x32->64 multiplies (mul_epu32);
 //    max/min by cmpgt_epi64 and a blend (unsigned: sign bits flipped first).
-//  - float/double: add, mul; max/min as max_ps(a, b) (which is a > b ? a : b) with a NaN a
+//  - float/double: add, mul; max/min as a compare and a blend (a > b ? a : b) with a NaN a
 //    blended back in, exactly the scalar (a > b || isNan(a)) ? a : b.
 //  - half: F16C (cvtph_ps, cvtps_ph rounding to nearest even), computed in float.
 //  - bfloat16: even and odd elements to float with a shift and a mask, rounded back to
@@ -134,15 +134,17 @@ WEFT_AVX2 inline __m256d vsplat(double v) { return _mm256_set1_pd(v); }
 WEFT_AVX2 inline __m256 vdiv(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
 WEFT_AVX2 inline __m256d vdiv(__m256d a, __m256d b) { return _mm256_div_pd(a, b); }
 
-// max_ps(a, b) and min_ps(a, b) return a when a > b (a < b) and b otherwise, b when either
-// is NaN: with a's NaN blended back in, that is the scalar (a > b || isNan(a)) ? a : b.
+// Max and min pick one input's bits, as the scalar (a > b || isNan(a)) ? a : b (a < b for
+// min): compares and a blend rather than max_ps/min_ps, which with denormals-are-zero on (a
+// -ffast-math library, torch.set_flush_denormal) return a flushed zero where the compare and
+// the scalar path keep an input.
 template <SimdOp op>
 WEFT_AVX2 inline __m256 floatOp(__m256 a, __m256 b) {
   if constexpr (op == SimdOp::kSum) return _mm256_add_ps(a, b);
   if constexpr (op == SimdOp::kProd) return _mm256_mul_ps(a, b);
   if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
-    const __m256 chosen = op == SimdOp::kMax ? _mm256_max_ps(a, b) : _mm256_min_ps(a, b);
-    return _mm256_blendv_ps(chosen, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    const __m256 wins = _mm256_cmp_ps(a, b, op == SimdOp::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
+    return _mm256_blendv_ps(b, a, _mm256_or_ps(wins, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)));
   }
 }
 
@@ -151,8 +153,8 @@ WEFT_AVX2 inline __m256d floatOp(__m256d a, __m256d b) {
   if constexpr (op == SimdOp::kSum) return _mm256_add_pd(a, b);
   if constexpr (op == SimdOp::kProd) return _mm256_mul_pd(a, b);
   if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
-    const __m256d chosen = op == SimdOp::kMax ? _mm256_max_pd(a, b) : _mm256_min_pd(a, b);
-    return _mm256_blendv_pd(chosen, a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+    const __m256d wins = _mm256_cmp_pd(a, b, op == SimdOp::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
+    return _mm256_blendv_pd(b, a, _mm256_or_pd(wins, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)));
   }
 }
 

@@ -132,15 +132,16 @@ WEFT_AVX512 inline __m512d vsplat(double v) { return _mm512_set1_pd(v); }
 WEFT_AVX512 inline __m512 vdiv(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
 WEFT_AVX512 inline __m512d vdiv(__m512d a, __m512d b) { return _mm512_div_pd(a, b); }
 
-// max_ps(a, b) is a > b ? a : b, b when either is NaN (min likewise): with a's NaN put back,
-// that is the scalar (a > b || isNan(a)) ? a : b.
+// Max and min pick one input's bits, as the scalar (a > b || isNan(a)) ? a : b (a < b for
+// min): compares and a blend, since max_ps/min_ps return a flushed zero under
+// denormals-are-zero where the scalar path keeps an input (see reduce_avx2.cc).
 template <SimdOp op>
 WEFT_AVX512 inline __m512 floatOp(__m512 a, __m512 b) {
   if constexpr (op == SimdOp::kSum) return _mm512_add_ps(a, b);
   if constexpr (op == SimdOp::kProd) return _mm512_mul_ps(a, b);
   if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
-    const __m512 chosen = op == SimdOp::kMax ? _mm512_max_ps(a, b) : _mm512_min_ps(a, b);
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), chosen, a);
+    const __mmask16 wins = _mm512_cmp_ps_mask(a, b, op == SimdOp::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(wins | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), b, a);
   }
 }
 
@@ -149,8 +150,8 @@ WEFT_AVX512 inline __m512d floatOp(__m512d a, __m512d b) {
   if constexpr (op == SimdOp::kSum) return _mm512_add_pd(a, b);
   if constexpr (op == SimdOp::kProd) return _mm512_mul_pd(a, b);
   if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
-    const __m512d chosen = op == SimdOp::kMax ? _mm512_max_pd(a, b) : _mm512_min_pd(a, b);
-    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), chosen, a);
+    const __mmask8 wins = _mm512_cmp_pd_mask(a, b, op == SimdOp::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
+    return _mm512_mask_blend_pd(wins | _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), b, a);
   }
 }
 
