@@ -18,12 +18,6 @@ using namespace weft::test;
 
 namespace {
 
-weftComm_t initComm(RankContext& ctx) {
-  weftComm_t comm = nullptr;
-  RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
-  return comm;
-}
-
 // Value j of what rank `from` sends rank `to` in the all-pairs exchanges below.
 int32_t message(int from, int to, size_t j) { return from * 100000 + to * 1000 + static_cast<int32_t>(j); }
 // Per-pair sizes differ, as in an alltoallv.
@@ -35,7 +29,7 @@ TEST_CASE("groups: all-pairs sends and receives in a different order on every ra
   for (int ranks : {2, 3, 5}) {
     DYNAMIC_SECTION(ranks << " ranks") {
       expectAllPassed(runRanks(ranks, [](RankContext& ctx) {
-        weftComm_t comm = initComm(ctx);
+        weftComm_t comm = rankComm(ctx);
         if (comm == nullptr) return 1;
         const int n = ctx.nranks, r = ctx.rank;
         std::vector<std::vector<int32_t>> out(static_cast<size_t>(n)), in(static_cast<size_t>(n));
@@ -76,7 +70,7 @@ TEST_CASE("groups: all-pairs sends and receives in a different order on every ra
 
 TEST_CASE("groups: collectives and point-to-point together, nested, on a host stream", "[groups][multiprocess]") {
   expectAllPassed(runRanks(4, [](RankContext& ctx) {
-    weftComm_t comm = initComm(ctx);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     const int n = ctx.nranks, r = ctx.rank;
     std::vector<float> sum(1000, static_cast<float>(r)), gathered(4 * 10, -1);
@@ -153,7 +147,7 @@ TEST_CASE("groups: two communicators on one host stream, listed in a different o
   // other communicator's batch, which must not be queued behind it. Then the same with
   // collectives, and a later call on the stream waits for the whole group.
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t c = initComm(ctx);
+    weftComm_t c = rankComm(ctx);
     if (c == nullptr) return 1;
     weftComm_t d = nullptr;
     RANK_WEFT(ctx, weftCommSplit(c, 0, ctx.rank, &d, nullptr));
@@ -201,7 +195,7 @@ TEST_CASE("groups: two communicators on one host stream, listed in a different o
 
 TEST_CASE("groups: a stream destroyed before the group ends fails it whole", "[groups][multiprocess]") {
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t c = initComm(ctx);
+    weftComm_t c = rankComm(ctx);
     if (c == nullptr) return 1;
     weftComm_t d = nullptr;
     RANK_WEFT(ctx, weftCommSplit(c, 0, ctx.rank, &d, nullptr));
@@ -279,7 +273,7 @@ TEST_CASE("groups: a group of 70000 sends and receives keeps every operation's o
   // scratch), and past 65536 a 16-bit operation number onto operation 0's tag.
   constexpr int kMessages = 35000;
   expectAllPassed(runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = initComm(ctx);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     const int peer = 1 - ctx.rank;
     std::vector<int32_t> out(kMessages), in(kMessages, -1);
@@ -306,7 +300,7 @@ TEST_CASE("groups: calls that write each other's memory are refused whole, calls
   // A ring shift in place (send the buffer on, receive into it) raced: the receive overwrote
   // what the send had not sent yet, and the group returned success with wrong data.
   expectAllPassed(runRanks(3, [](RankContext& ctx) {
-    weftComm_t comm = initComm(ctx);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     const int next = (ctx.rank + 1) % ctx.nranks, prev = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
     constexpr size_t kCount = size_t{1} << 20;
@@ -349,7 +343,7 @@ TEST_CASE("groups: calls that write each other's memory are refused whole, calls
 
 TEST_CASE("PreMulSum: every reducing collective, host-immediate and pointer scalars", "[groups][multiprocess]") {
   expectAllPassed(runRanks(3, [](RankContext& ctx) {
-    weftComm_t comm = initComm(ctx);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     const int n = ctx.nranks, r = ctx.rank;
     // Each rank scales by (rank + 1): the result is sum over ranks of (rank + 1) * input.
@@ -405,7 +399,7 @@ TEST_CASE("barrier: no rank leaves before every rank has entered", "[groups][mul
   REQUIRE(mkdtemp(dir) != nullptr);
   const std::string marker = std::string(dir) + "/entered";
   expectAllPassed(runRanks(4, [&](RankContext& ctx) {
-    weftComm_t comm = initComm(ctx);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     for (int round = 0; round < 3; ++round) {
       const std::string file = marker + std::to_string(round);

@@ -15,19 +15,9 @@
 
 using namespace weft::test;
 
-namespace {
-
-weftComm_t initComm(RankContext& ctx) {
-  weftComm_t comm = nullptr;
-  RANK_WEFT(ctx, weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
-  return comm;
-}
-
-}  // namespace
-
 TEST_CASE("split: colors, key order, NOCOLOR, and the new communicators work", "[split][multiprocess]") {
   expectAllPassed(runRanks(5, [](RankContext& ctx) {
-    weftComm_t comm = initComm(ctx);
+    weftComm_t comm = rankComm(ctx);
     if (comm == nullptr) return 1;
     const int r = ctx.rank;
     // Rank 4 opts out; the others split by parity, ordered by descending parent rank (key).
