@@ -244,15 +244,7 @@ int GlooBench::run() {
     if (rank_ == 0) weftperf::printRow(stdout, row);
   }
   int status = errors_ != 0 ? kExitFailure : kExitOk;
-  if (rank_ == 0) {
-    weftperf::printFooter(stdout, errors_, options_.check, weftperf::averageBusBw(rows));
-    if (errors_ != 0) std::fprintf(stderr, "gloo-allreduce-bench: data check FAILED\n");
-    std::string error;
-    if (!options_.jsonPath.empty() && !weftperf::writeJson(options_.jsonPath, rows, &error)) {
-      std::fprintf(stderr, "gloo-allreduce-bench: %s\n", error.c_str());
-      status = kExitFailure;
-    }
-  }
+  if (rank_ == 0) status = weftperf::finishReport("gloo-allreduce-bench", rows, errors_, options_.check, options_.jsonPath);
   // Every rank leaves once rank 0 has written everything (a failing rank that left at once
   // would have the launcher stop rank 0 before its report is out).
   std::fflush(nullptr);

@@ -324,6 +324,22 @@ void printFooter(std::FILE* out, long long errors, bool checked, double avgBusBw
   std::fflush(out);
 }
 
+int finishReport(const char* tool, const std::vector<Row>& rows, long long errors, bool checked,
+                 const std::string& jsonPath) {
+  printFooter(stdout, errors, checked, averageBusBw(rows));
+  int status = kExitOk;
+  if (errors != 0) {
+    std::fprintf(stderr, "%s: data check FAILED (see the #wrong columns and the out-of-bounds count)\n", tool);
+    status = kExitFailure;
+  }
+  std::string error;
+  if (!jsonPath.empty() && !writeJson(jsonPath, rows, &error)) {
+    std::fprintf(stderr, "%s: %s\n", tool, error.c_str());
+    status = kExitFailure;
+  }
+  return status;
+}
+
 double averageBusBw(const std::vector<Row>& rows) {
   double total = 0.0;
   size_t measured = 0;

@@ -117,6 +117,12 @@ void printRow(std::FILE* out, const Row& row);
 // past an output; FAILED unless 0.
 void printFooter(std::FILE* out, long long errors, bool checked, double avgBusBw);
 
+// Rank 0's end of a run: the footer, a FAILED line on stderr when `errors` (printFooter), the
+// JSON rows when jsonPath is set. Returns the exit status: kExitFailure on errors or a JSON
+// that could not be written, else kExitOk.
+int finishReport(const char* tool, const std::vector<Row>& rows, long long errors, bool checked,
+                 const std::string& jsonPath);
+
 // Mean busbw over every measurement (both placements of every row); 0 when there are none.
 double averageBusBw(const std::vector<Row>& rows);
 

@@ -194,20 +194,7 @@ int Benchmark::run() {
   } else if (errors_ != 0) {
     status = kExitFailure;
   }
-  if (rank_ == 0 && !rows_.empty()) {
-    printFooter(stdout, errors_, options_.check, averageBusBw(rows_));
-    if (errors_ != 0) {
-      std::fprintf(stderr, "weft-perf: data check FAILED (see the #wrong columns and the "
-                           "out-of-bounds count)\n");
-    }
-    if (!options_.jsonPath.empty()) {
-      std::string error;
-      if (!writeJson(options_.jsonPath, rows_, &error)) {
-        std::fprintf(stderr, "weft-perf: %s\n", error.c_str());
-        status = kExitFailure;
-      }
-    }
-  }
+  if (rank_ == 0 && !rows_.empty()) status = finishReport(kTool, rows_, errors_, options_.check, options_.jsonPath);
   // A failing rank that returned at once would have the launcher stop rank 0 before its report
   // is out: every rank leaves once rank 0 has written everything.
   std::fflush(nullptr);
