@@ -57,6 +57,9 @@ int parse(int argc, char** argv, Options* o) {
   int c;
   long value = 0;
   opterr = 0;  // the messages are ours
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0) return usage(nullptr);
+  }
   while ((c = getopt(argc, argv, ":i:t:s:m:c:h")) != -1) {
     const std::string arg = optarg != nullptr ? optarg : "";
     switch (c) {
