@@ -90,7 +90,7 @@ TEST_CASE("weftrun: one launcher per host numbers the ranks across hosts, as tor
     hosts.push_back(std::make_unique<Launch>(
         node == 0 ? first : second,
         std::vector<std::string>{"--nnodes", "2", "--node_rank=" + std::to_string(node), "--master-addr", "127.0.0.1",
-                                 "--master-port", "29777", "--rdzv-id", "job7", "-n", "2", "/bin/sh", "-c", script},
+                                 "--master-port", "+29777", "--rdzv-id", "job7", "-n", "2", "/bin/sh", "-c", script},
         std::map<std::string, std::optional<std::string>>{{"OUT", shared.path.string()}, {"WEFT_SECRET", secret}}));
   }
   for (auto& host : hosts) REQUIRE(host->wait().status == 0);
@@ -113,10 +113,12 @@ TEST_CASE("weftrun: one launcher per host numbers the ranks across hosts, as tor
 
 TEST_CASE("weftrun: across hosts, no made-up secret, torchrun's default port, and layouts that cannot be", "[weftrun]") {
   TempDir dir;
-  Launch launch(dir, {"--nnodes", "3", "--node-rank", "2", "-n", "1", "/bin/sh", "-c", "env > \"$TEST_DIR/env\""},
-                {{"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", std::nullopt}, {"WEFT_SECRET", std::nullopt}});
+  Launch launch(dir, {"--nnodes", "3", "--node-rank", "2", "--master-addr", "[::1]", "-n", "1", "/bin/sh", "-c",
+                      "env > \"$TEST_DIR/env\""},
+                {{"MASTER_PORT", std::nullopt}, {"WEFT_SECRET", std::nullopt}});
   REQUIRE(launch.wait().status == 0);
   auto env = read_env_file(dir.path / "env");
+  CHECK(env["MASTER_ADDR"] == "::1");  // as torchrun: no brackets for the ranks and torch's store
   CHECK(env["RANK"] == "2");
   CHECK(env["MASTER_PORT"] == "29500");
   CHECK(env["TORCHELASTIC_RUN_ID"] == "none");
@@ -134,13 +136,20 @@ TEST_CASE("weftrun: across hosts, no made-up secret, torchrun's default port, an
   }
 }
 
-TEST_CASE("weftrun: a .py program runs with python3, -m runs a module, as torchrun", "[weftrun]") {
+TEST_CASE("weftrun: a .py program runs with python3 -u, -m runs a module, as torchrun", "[weftrun]") {
   TempDir dir;
   const fs::path script = dir.path / "hello.py";
   std::ofstream(script) << "import os\nprint('script rank', os.environ['RANK'])\n";
   Result result = run_weftrun({"-n", "2", script.string()});
   CHECK(result.status == 0);
   CHECK(result.out.find("script rank 1") != std::string::npos);
+  // Unbuffered: rank 0's line is out before rank 1's failure has it terminated.
+  const fs::path failing = dir.path / "failing.py";
+  std::ofstream(failing) << "import os, sys, time\nprint('printed by', os.environ['RANK'])\n"
+                            "if os.environ['RANK'] == '1':\n    time.sleep(0.5)\n    sys.exit(3)\ntime.sleep(30)\n";
+  Result failed = run_weftrun({"-n", "2", failing.string()}, {{"PYTHONUNBUFFERED", std::nullopt}});
+  CHECK(failed.status == 3);
+  CHECK(failed.out.find("printed by 0") != std::string::npos);
   Result module = run_weftrun({"-n", "1", "-m", "json.tool", "--help"});
   CHECK(module.status == 0);
   CHECK(module.out.find("usage") != std::string::npos);

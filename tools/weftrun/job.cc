@@ -79,6 +79,8 @@ bool Job::setup(std::string& error) {
 
   // Orphaned grandchildren are re-parented to us, so we can reap them and see them go.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  struct sigaction inherited_pipe {};
+  pipe_ignored_ = sigaction(SIGPIPE, nullptr, &inherited_pipe) == 0 && inherited_pipe.sa_handler == SIG_IGN;
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher
   signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would auto-reap the ranks
   sigset_t handled;
@@ -157,7 +159,7 @@ void Job::exec_rank(const Rank& rank, char** envp, int out_fd, int err_fd) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // if the launcher is SIGKILLed, take the rank with it
   if (getppid() != launcher_pid_) _exit(kExitLaunchError);
-  signal(SIGPIPE, SIG_DFL);
+  if (!pipe_ignored_) signal(SIGPIPE, SIG_DFL);
   sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
   setrlimit(RLIMIT_NOFILE, &original_nofile_);
   if (!rank_cpus_.empty() &&
@@ -265,7 +267,13 @@ void Job::handle_signals() {
       child_exited = true;
       continue;
     }
-    if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {  // for the ranks; the job goes on
+    if (sig == SIGUSR1 || sig == SIGUSR2) {  // for the ranks themselves (not their data loaders); the job goes on
+      for (const Rank& rank : ranks_) {
+        if (rank.pid > 0 && !rank.exited) kill(rank.pid, sig);
+      }
+      continue;
+    }
+    if (sig == SIGCONT) {  // resumes what Ctrl-Z stopped
       signal_groups(sig);
       continue;
     }

@@ -115,6 +115,7 @@ class Job {
   sigset_t original_mask_{};
   rlimit original_nofile_{};
   pid_t launcher_pid_ = 0;
+  bool pipe_ignored_ = false;  // SIGPIPE was ignored when weftrun started: the ranks keep that
   Phase phase_ = Phase::Running;
   std::optional<int> exit_status_;  // set by the first failure, signal or timeout
   int forwarded_signal_ = 0;

@@ -52,13 +52,13 @@ const char kUsage[] =
     "MASTER_PORT is set, MASTER_ADDR and MASTER_PORT are passed through unchanged (options\n"
     "first, then the environment). torchrun's spellings (--nproc_per_node, --node_rank,\n"
     "--master_addr, --master_port, --rdzv_id, --no_python) work too, and as under torchrun a\n"
-    "program ending in .py runs with python3 (from PATH). Across hosts, export the same\n"
+    "program ending in .py runs with python3 -u (from PATH). Across hosts, export the same\n"
     "WEFT_SECRET (64 hex digits) on every host: Weft's ranks otherwise derive it from the job's\n"
     "id and port, which others may know.\n"
     "If a rank fails, the others get SIGTERM; the exit status is the failing rank's exit\n"
     "code, or 128+N if it died by signal N. SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to all\n"
-    "ranks, and weftrun then dies by the same signal; SIGUSR1/SIGUSR2 are passed on and the job\n"
-    "goes on; Ctrl-Z (SIGTSTP) stops the ranks and weftrun, SIGCONT resumes them. A signal\n"
+    "ranks, and weftrun then dies by the same signal; SIGUSR1/SIGUSR2 are passed on to the ranks\n"
+    "(not their children) and the job goes on; Ctrl-Z (SIGTSTP) stops the ranks and weftrun, SIGCONT resumes them. A signal\n"
     "weftrun was started ignoring (nohup's SIGHUP) stays ignored. Ranks get OMP_NUM_THREADS=1\n"
     "unless it is set, as under torchrun. A program not found exits 127, one that cannot be\n"
     "executed 126.\n";
@@ -140,16 +140,22 @@ Options parse_options(int argc, char** argv) {
     } else if (name == "--node-rank" || name == "--node_rank") {
       std::string text = value();
       std::optional<long> place = parse_integer(text);
-      if (!place || *place < 0 || *place >= kMaxHosts) usage_error("--node-rank must be an integer >= 0, got '" + text + "'");
+      if (!place || *place < 0 || *place >= kMaxHosts) {
+        usage_error("--node-rank must be an integer from 0 to " + std::to_string(kMaxHosts - 1) + ", got '" + text + "'");
+      }
       options.node_rank = static_cast<int>(*place);
     } else if (name == "--master-addr" || name == "--master_addr") {
       options.master_addr = value();
+      // [::1] as in a URL: the ranks (and torch's store) take the address without brackets.
+      if (options.master_addr.size() > 2 && options.master_addr.front() == '[' && options.master_addr.back() == ']') {
+        options.master_addr = options.master_addr.substr(1, options.master_addr.size() - 2);
+      }
       if (options.master_addr.empty()) usage_error("--master-addr needs an address");
     } else if (name == "--master-port" || name == "--master_port") {
       std::string text = value();
       std::optional<long> port = parse_integer(text);
       if (!port || *port < 1 || *port > 65535) usage_error("--master-port must be a port from 1 to 65535, got '" + text + "'");
-      options.master_port = text;
+      options.master_port = std::to_string(*port);  // as a number: "+29501" is no port to the ranks
     } else if (name == "--rdzv-id" || name == "--rdzv_id") {
       options.run_id = value();
       if (options.run_id.empty()) usage_error("--rdzv-id needs an id");
@@ -211,12 +217,13 @@ Options parse_options(int argc, char** argv) {
   if (index >= argc) usage_error("no program given");
   if (module && no_python) usage_error("--module runs python3 -m: it does not go with --no-python");
   options.command.assign(argv + index, argv + argc);
-  // As torchrun: a script runs with the interpreter, a module with -m.
+  // As torchrun: a script runs with the interpreter, a module with -m, both unbuffered (-u),
+  // so that what a rank printed is out before a failing peer has it terminated.
   const std::string& program = options.command.front();
   if (module) {
-    options.command.insert(options.command.begin(), {"python3", "-m"});
+    options.command.insert(options.command.begin(), {"python3", "-u", "-m"});
   } else if (!no_python && program.size() > 3 && program.ends_with(".py")) {
-    options.command.insert(options.command.begin(), "python3");
+    options.command.insert(options.command.begin(), {"python3", "-u"});
   }
   return options;
 }
