@@ -58,10 +58,10 @@ const char kUsage[] =
     "If a rank fails, the others get SIGTERM; the exit status is the failing rank's exit\n"
     "code, or 128+N if it died by signal N. SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to all\n"
     "ranks, and weftrun then dies by the same signal; SIGUSR1/SIGUSR2 are passed on to the ranks\n"
-    "(not their children) and the job goes on; Ctrl-Z (SIGTSTP) stops the ranks and weftrun, SIGCONT resumes them. A signal\n"
-    "weftrun was started ignoring (nohup's SIGHUP) stays ignored. Ranks get OMP_NUM_THREADS=1\n"
-    "unless it is set, as under torchrun. A program not found exits 127, one that cannot be\n"
-    "executed 126.\n";
+    "(not their children) and the job goes on; Ctrl-Z (SIGTSTP) stops the ranks and weftrun,\n"
+    "SIGCONT resumes them. A signal weftrun was started ignoring (nohup's SIGHUP) stays ignored.\n"
+    "With several ranks, each gets OMP_NUM_THREADS=1 unless it is set, as under torchrun. A\n"
+    "program not found exits 127, one that cannot be executed 126.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "weftrun: error: %s\n\n%s", message.c_str(), kUsage);
@@ -131,7 +131,9 @@ Options parse_options(int argc, char** argv) {
       options.nproc = static_cast<int>(*count);
     } else if (name == "--nnodes") {
       std::string text = value();
-      if (text.find(':') != std::string::npos) usage_error("--nnodes: elastic ranges (MIN:MAX) are not supported, got '" + text + "'");
+      if (text.find(':') != std::string::npos) {
+        usage_error("--nnodes: elastic ranges (MIN:MAX) are not supported, got '" + text + "'");
+      }
       std::optional<long> count = parse_integer(text);
       if (!count || *count < 1 || *count > kMaxHosts) {
         usage_error("--nnodes must be an integer from 1 to " + std::to_string(kMaxHosts) + ", got '" + text + "'");
@@ -141,7 +143,8 @@ Options parse_options(int argc, char** argv) {
       std::string text = value();
       std::optional<long> place = parse_integer(text);
       if (!place || *place < 0 || *place >= kMaxHosts) {
-        usage_error("--node-rank must be an integer from 0 to " + std::to_string(kMaxHosts - 1) + ", got '" + text + "'");
+        usage_error("--node-rank must be an integer from 0 to " + std::to_string(kMaxHosts - 1) + ", got '" + text +
+                    "'");
       }
       options.node_rank = static_cast<int>(*place);
     } else if (name == "--master-addr" || name == "--master_addr") {
@@ -154,7 +157,9 @@ Options parse_options(int argc, char** argv) {
     } else if (name == "--master-port" || name == "--master_port") {
       std::string text = value();
       std::optional<long> port = parse_integer(text);
-      if (!port || *port < 1 || *port > 65535) usage_error("--master-port must be a port from 1 to 65535, got '" + text + "'");
+      if (!port || *port < 1 || *port > 65535) {
+        usage_error("--master-port must be a port from 1 to 65535, got '" + text + "'");
+      }
       options.master_port = std::to_string(*port);  // as a number: "+29501" is no port to the ranks
     } else if (name == "--rdzv-id" || name == "--rdzv_id") {
       options.run_id = value();
@@ -219,7 +224,7 @@ Options parse_options(int argc, char** argv) {
   options.command.assign(argv + index, argv + argc);
   // As torchrun: a script runs with the interpreter, a module with -m, both unbuffered (-u),
   // so that what a rank printed is out before a failing peer has it terminated.
-  const std::string& program = options.command.front();
+  const std::string program = options.command.front();
   if (module) {
     options.command.insert(options.command.begin(), {"python3", "-u", "-m"});
   } else if (!no_python && program.size() > 3 && program.ends_with(".py")) {
