@@ -139,15 +139,24 @@ TEST_CASE("weftrun: across hosts, no made-up secret, torchrun's default port, an
 TEST_CASE("weftrun: a .py program runs with python3 -u, -m runs a module, as torchrun", "[weftrun]") {
   TempDir dir;
   const fs::path script = dir.path / "hello.py";
-  std::ofstream(script) << "import os\nprint('script rank', os.environ['RANK'])\n";
+  // One string a print: unbuffered, print writes each of its arguments apart, and ranks that
+  // share stdout (no --tag-output) may interleave between them.
+  std::ofstream(script) << "import os\nprint(f\"script rank {os.environ['RANK']}\")\n";
   Result result = run_weftrun({"-n", "2", script.string()});
+  INFO("out: " << result.out << "\nerr: " << result.err);
   CHECK(result.status == 0);
   CHECK(result.out.find("script rank 1") != std::string::npos);
-  // Unbuffered: rank 0's line is out before rank 1's failure has it terminated.
+  // Unbuffered: rank 0's line is out before rank 1's failure has it terminated (rank 1 fails
+  // once rank 0 has printed, which rank 0 marks with a file).
   const fs::path failing = dir.path / "failing.py";
-  std::ofstream(failing) << "import os, sys, time\nprint('printed by', os.environ['RANK'])\n"
-                            "if os.environ['RANK'] == '1':\n    time.sleep(0.5)\n    sys.exit(3)\ntime.sleep(30)\n";
+  std::ofstream(failing) << "import os, sys, time\n"
+                            "rank, mark = os.environ['RANK'], os.environ['TEST_DIR'] + '/printed'\n"
+                            "print(f'printed by {rank}')\n"
+                            "if rank == '0':\n    open(mark, 'w').close()\n    time.sleep(30)\n"
+                            "for _ in range(2000):\n    if os.path.exists(mark): break\n    time.sleep(0.01)\n"
+                            "sys.exit(3)\n";
   Result failed = run_weftrun({"-n", "2", failing.string()}, {{"PYTHONUNBUFFERED", std::nullopt}});
+  INFO("out: " << failed.out << "\nerr: " << failed.err);
   CHECK(failed.status == 3);
   CHECK(failed.out.find("printed by 0") != std::string::npos);
   Result module = run_weftrun({"-n", "1", "-m", "json.tool", "--help"});
