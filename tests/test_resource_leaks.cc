@@ -140,36 +140,6 @@ TEST_CASE("leaks: destroy, abort and a dead peer give back every fd, thread and 
   }
 }
 
-TEST_CASE("leaks: aborting a non-blocking init ends the bootstrap root it hosts", "[leaks][multiprocess]") {
-  // Rank 0 of 2 whose peer never comes: each attempt's root (a thread and sockets, in this
-  // process) must go within a second or so of the abort, not at the 60 s timeout.
-  auto outcomes = runRanks(1, [](RankContext& ctx) {
-    const Census before = takeCensus("weft-none");
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      weftUniqueId id{};
-      RANK_WEFT(ctx, weftGetUniqueId(&id));
-      weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-      config.blocking = 0;
-      config.timeoutMs = 60000;
-      weftComm_t comm = nullptr;
-      const weftResult_t rc = weftCommInitRankConfig(&comm, 2, id, 0, &config);
-      RANK_CHECK(ctx, rc == weftInProgress, "non-blocking init returned %d", rc);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it has joined its root
-      RANK_WEFT(ctx, weftCommAbort(comm));
-    }
-    Census after = takeCensus("weft-none");
-    for (int i = 0; i < 250 && !(after == before); ++i) {  // up to 5 s
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      after = takeCensus("weft-none");
-    }
-    RANK_CHECK(ctx, after == before, "after five aborted inits: fds %d -> %d, threads %d -> %d", before.fds, after.fds,
-               before.threads, after.threads);
-    return ctx.failures ? 1 : 0;
-  });
-  INFO(describeFailures(outcomes));
-  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
-}
-
 namespace {
 
 // A thread_local that owns a communicator and destroys it when its thread exits, after the

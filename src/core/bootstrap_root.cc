@@ -22,7 +22,6 @@ using transport::UniqueFd;
 
 constexpr int kHelloDeadlineMs = 10000;  // a connection must say hello this fast
 constexpr size_t kMaxPending = 1024;     // connections that have not said hello yet
-constexpr int kJoinedLookMs = 1000;      // how often joined ranks are checked for hang-ups
 
 struct PendingConnection {
   UniqueFd fd;
@@ -39,22 +38,14 @@ class RootServer {
         idFile_(std::move(idFile)) {}
 
   void serve() {
-    // A rank that joined and then went (it was aborted, timed out or died) can never be
-    // answered: the rendezvous fails then, for everyone, rather than at the timeout. Looked at
-    // once a second (every joined socket: a million ranks' worth must not be polled per hello).
-    Deadline nextLook = Deadline::afterMs(kJoinedLookMs);
     while (joinedCount_ < nranks_ || nranks_ == 0) {
       if (deadline_.expired()) return failTimeout();
       std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
       for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
-      int n = ::poll(fds.data(), fds.size(), deadline_.earlier(nextLook).remainingMs(kJoinedLookMs));
+      int n = ::poll(fds.data(), fds.size(), deadline_.remainingMs(1000));
       if (n < 0 && errno != EINTR) return fail(weftSystemError, "bootstrap root: poll failed: " + errnoString(errno));
       if (fds[0].revents & POLLIN) acceptNew();
       if (!readHellos()) return;
-      if (nextLook.expired()) {
-        if (!joinedStillThere()) return;
-        nextLook = Deadline::afterMs(kJoinedLookMs);
-      }
     }
     if (!joinedStillThere()) return;
     // Every rank is in. A rank answered first may re-initialize before the last is answered:
@@ -173,7 +164,7 @@ class RootServer {
   // the others to find out one connection at a time: the rendezvous fails for all instead.
   bool joinedStillThere() {
     std::vector<pollfd> fds;
-    for (const UniqueFd& fd : joined_) fds.push_back({fd.get(), POLLRDHUP, 0});  // -1 (not joined): ignored
+    for (const UniqueFd& fd : joined_) fds.push_back({fd.get(), POLLRDHUP, 0});
     if (::poll(fds.data(), fds.size(), 0) <= 0) return true;
     for (size_t r = 0; r < fds.size(); ++r) {
       if ((fds[r].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
