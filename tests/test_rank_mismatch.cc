@@ -197,3 +197,23 @@ TEST_CASE("ranks that disagree: Avg on one rank and Sum on the other is an error
     return 0;
   }));
 }
+
+TEST_CASE("ranks that disagree: a rank that comes after the rendezvous failed is told why, not left to time out",
+          "[mismatch][bootstrap]") {
+  // Rank 1 miscounts the ranks, which fails the rendezvous for ranks 0 and 1; rank 2 comes
+  // later, while rank 0's process (the root's) lives on. It must hear the same failure rather
+  // than find the root's port closed and retry until its 20 s timeout.
+  expectAllPassed(runRanks(3, [](RankContext& ctx) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ctx.rank * 400));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 20000;
+    weftComm_t comm = nullptr;
+    weftResult_t rc = weftCommInitRankConfig(&comm, ctx.rank == 1 ? 4 : 3, ctx.id, ctx.rank, &config);
+    const char* why = weftGetLastError(nullptr);
+    RANK_CHECK(ctx, rc == weftInvalidUsage && contains(why, "says there are"), "init returned %s: %s",
+               weftGetErrorString(rc), why);
+    RANK_CHECK(ctx, comm == nullptr, "a communicator was made");
+    if (ctx.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(3));  // the root lives on
+    return 0;
+  }));
+}

@@ -69,7 +69,13 @@ api::CommOp runBatch(std::vector<core::CollectiveCall> calls) {
 
 weftResult_t issueBatch(CommBatch& batch) {
   if (batch.onDevice) return api::issueOnDevice(batch.state, batch.stream, "weftGroupEnd", std::move(batch.calls), true);
-  return api::issue(batch.state, batch.stream, "weftGroupEnd", runBatch(std::move(batch.calls)));
+  if (batch.hostStream) {  // looked up before anything was issued
+    api::CommState* cs = batch.state.get();
+    return api::reportError(api::enqueueOnStream(std::move(batch.state), std::move(batch.hostStream), "weftGroupEnd",
+                                                 runBatch(std::move(batch.calls)), true),
+                            cs);
+  }
+  return api::issue(batch.state, nullptr, "weftGroupEnd", runBatch(std::move(batch.calls)));
 }
 
 // Several communicators with work for the NULL stream: each may wait on its peers, which may be

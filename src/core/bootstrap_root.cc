@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,22 +39,45 @@ class RootServer {
         idFile_(std::move(idFile)) {}
 
   void serve() {
-    while (joinedCount_ < nranks_ || nranks_ == 0) {
-      if (deadline_.expired()) return failTimeout();
-      std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
-      for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
-      int n = ::poll(fds.data(), fds.size(), deadline_.remainingMs(1000));
-      if (n < 0 && errno != EINTR) return fail(weftSystemError, "bootstrap root: poll failed: " + errnoString(errno));
-      if (fds[0].revents & POLLIN) acceptNew();
-      if (!readHellos()) return;
+    if (gatherHellos() && joinedStillThere()) {
+      // Every rank is in. A rank answered first may re-initialize before the last is answered:
+      // it must find neither this root's port nor its id file.
+      listenFd_.reset();
+      pending_.clear();
+      if (!idFile_.empty()) ::unlink(idFile_.c_str());
+      replyAll();
+      return;
     }
-    if (!joinedStillThere()) return;
-    // Every rank is in. A rank answered first may re-initialize before the last is answered:
-    // it must find neither this root's port nor its id file.
-    listenFd_.reset();
-    pending_.clear();
-    if (!idFile_.empty()) ::unlink(idFile_.c_str());
-    replyAll();
+    // The rendezvous failed. A rank that comes later hears the same failure for as long as the
+    // root would have lived, rather than find the port closed and retry until its timeout.
+    while (!deadline_.expired() && pollOnce()) {
+    }
+  }
+
+ private:
+  // Returns false when the rendezvous has failed (every rank that joined was told why).
+  bool gatherHellos() {
+    while (joinedCount_ < nranks_ || nranks_ == 0) {
+      if (deadline_.expired()) {
+        failTimeout();
+        return false;
+      }
+      if (!pollOnce()) return false;
+    }
+    return true;
+  }
+
+  // Accepts connections and reads hellos for up to a second; false when the rendezvous fails.
+  bool pollOnce() {
+    std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
+    for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
+    int n = ::poll(fds.data(), fds.size(), deadline_.remainingMs(1000));
+    if (n < 0 && errno != EINTR) {
+      fail(weftSystemError, "bootstrap root: poll failed: " + errnoString(errno));
+      return false;
+    }
+    if (fds[0].revents & POLLIN) acceptNew();
+    return readHellos();
   }
 
  private:
@@ -109,6 +133,10 @@ class RootServer {
     std::string why = validate(p.hello);
     if (!why.empty()) {
       WEFT_WARN("bootstrap root: dropped a connection from %s: %s", p.from.toString().c_str(), why.c_str());
+      return Outcome::Dropped;
+    }
+    if (failure_) {
+      tell(p.fd);
       return Outcome::Dropped;
     }
     return admit(p) ? Outcome::Admitted : Outcome::Failed;
@@ -213,17 +241,22 @@ class RootServer {
                                    acceptError_.empty() ? "" : "; the root could not accept: ", acceptError_.c_str()));
   }
 
+  // Tells every rank that has joined, or has said a valid hello, why the rendezvous failed; the
+  // root answers later ones the same (see serve).
   void fail(weftResult_t code, const std::string& message) {
+    if (failure_) return;
     WEFT_WARN("%s", message.c_str());
-    RootReply reply{kReplyMagic, code, nranks_, 0, {}};
-    std::snprintf(reply.message, sizeof(reply.message), "%s", message.c_str());
-    auto tell = [&](UniqueFd& fd) {
-      if (fd.valid()) (void)transport::sendAll(fd.get(), &reply, sizeof(reply), Deadline::afterMs(1000));
-    };
+    failure_ = RootReply{kReplyMagic, code, nranks_, 0, {}};
+    std::snprintf(failure_->message, sizeof(failure_->message), "%s", message.c_str());
     for (auto& p : pending_) {
       if (p.received == sizeof(RankHello) && validate(p.hello).empty()) tell(p.fd);
     }
     for (auto fd = joined_.rbegin(); fd != joined_.rend(); ++fd) tell(*fd);  // highest rank first, as in replyAll
+    joined_.clear();
+  }
+
+  void tell(UniqueFd& fd) {
+    if (fd.valid()) (void)transport::sendAll(fd.get(), &*failure_, sizeof(*failure_), Deadline::afterMs(1000));
   }
 
   UniqueFd listenFd_;
@@ -236,6 +269,7 @@ class RootServer {
   std::vector<UniqueFd> joined_;
   std::vector<PeerRecord> records_;
   std::string idFile_;
+  std::optional<RootReply> failure_;  // set once the rendezvous has failed
 };
 
 }  // namespace
