@@ -12,7 +12,8 @@
 #                peer hung up) or weftRemoteError (a socket error), each within 2 x WEFT_TIMEOUT_MS
 #                of the link going down; the times are printed
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
-#   hostname-root  the root named by a host name that is loopback on rank 0's host only
+#   hostname-root  the root named by a host name that is loopback on rank 0's host only, 2 ranks a
+#                host numbered across hosts, each rank choosing its own interface
 #   weftrun      one weftrun per host (--nnodes 3 --node-rank h), 2 ranks each: weft-stress verified
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
 #                the planned ring and double binary tree, verified; then again with the topology
@@ -110,6 +111,7 @@ per_host=1
 pids=()
 master_addr=10.88.0.1
 hosts_files=  # a folder: each host sees its hosts$h there as /etc/hosts
+pick_ifname=1  # empty: the ranks choose their interfaces themselves
 start_rank() {
   local slot=$1 h=$2 rank=$3 local_rank=$4
   shift 4
@@ -119,8 +121,8 @@ start_rank() {
     sh -c 'hostname "$0" && { [ "$1" = /etc/hosts ] || mount --bind "$1" /etc/hosts; } && shift && exec "$@"' \
     "host$h" "$hosts" \
     env MASTER_ADDR=$master_addr MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$local_rank \
-    LOCAL_WORLD_SIZE=$per_host WEFT_SECRET="$secret" WEFT_SOCKET_IFNAME="$(ifname_of "$h")" WEFT_TIMEOUT_MS=$timeout_ms \
-    "$@" > "$work/rank$slot.log" 2>&1 &
+    LOCAL_WORLD_SIZE=$per_host WEFT_SECRET="$secret" WEFT_TIMEOUT_MS=$timeout_ms \
+    ${pick_ifname:+WEFT_SOCKET_IFNAME="$(ifname_of "$h")"} "$@" > "$work/rank$slot.log" 2>&1 &
   pids[slot]=$!
 }
 
@@ -185,8 +187,18 @@ case $mode in
       ((h == 0)) && address=127.0.1.1
       printf '127.0.0.1 localhost\n%s weft-root-host\n' "$address" > "$work/hosts$h"
     done
+    # Two ranks a host, numbered across the hosts (rank h + 3l), and no WEFT_SOCKET_IFNAME: host
+    # 0's rank 3, whose route to the root is loopback there, must listen where ranks 1 and 2
+    # (lower, so they connect to it) reach it.
     master_addr=weft-root-host
-    for ((h = 0; h < nhosts; ++h)); do start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -i 20 -s 5 -m 64K; done
+    world=$((2 * nhosts))
+    per_host=2
+    pick_ifname=
+    for ((h = 0; h < nhosts; ++h)); do
+      for ((l = 0; l < per_host; ++l)); do
+        start_rank $((h + nhosts * l)) "$h" $((h + nhosts * l)) "$l" "$bin/weft-stress" -i 20 -s 5 -m 64K
+      done
+    done
     wait_all ok
     grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
     ;;

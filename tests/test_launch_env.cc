@@ -116,6 +116,7 @@ std::string jobId() { return std::to_string(getpid()) + "-" + std::to_string(fre
 // Slurm's environment for `rank` of a 2-rank step 0 of job `job` on one host, plus `extra`.
 Env slurmEnv(int rank, const std::string& job, Env extra = {}) {
   extra.insert({{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                {"SLURM_STEP_NUM_NODES", "1"},
                 {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}});
   return extra;
 }
@@ -319,6 +320,18 @@ TEST_CASE("launch: a missing or inconsistent environment is a clear error", "[la
         RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "several hosts, no root");
         RANK_CHECK(ctx, std::strstr(weftGetLastError(nullptr), "WEFT_COMM_ID") != nullptr, "%s",
                    weftGetLastError(nullptr));
+        // Slurm's two nodes, though SLURM_STEP_NUM_TASKS (the step's total) equals the world.
+        for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}) unsetenv(key);
+        setenv("SLURM_PROCID", "0", 1);
+        setenv("SLURM_NTASKS", "4", 1);
+        setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+        setenv("SLURM_STEP_NUM_NODES", "2", 1);
+        setenv("SLURM_JOB_ID", "77", 1);
+        RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "Slurm: several hosts, no root");
+        RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "WEFT_COMM_ID"), "%s", weftGetLastError(nullptr));
+        unsetenv("SLURM_PROCID");
+        setenv("RANK", "0", 1);
+        setenv("WORLD_SIZE", "4", 1);
         // One host, but nothing names the job: every such job would meet at one rendezvous file.
         setenv("LOCAL_WORLD_SIZE", "4", 1);
         unsetenv("TORCHELASTIC_RUN_ID");

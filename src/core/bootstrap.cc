@@ -36,7 +36,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   Deadline deadline = Deadline::afterMs(timeoutMs);
   Rendezvous out;
 
-  WEFT_ASSIGN_OR_RETURN(SocketAddress listenAddress, transport::chooseListenAddress(id.root));
+  WEFT_ASSIGN_OR_RETURN(SocketAddress listenAddress, transport::chooseListenAddress(id.root, id.spansHosts));
   SocketAddress bound;
   WEFT_ASSIGN_OR_RETURN(out.listenFd, transport::listenOn(listenAddress, &bound));
   WEFT_ASSIGN_OR_RETURN(RailListeners rails, listenOnRails(host, bound));

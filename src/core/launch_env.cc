@@ -19,7 +19,8 @@ struct LauncherVars {
   const char* launcher;
   const char* rank;
   const char* size;
-  const char* localSize;  // for the one-host rendezvous check, and where rank 0 listens
+  const char* localSize;  // ranks on this host, or nullptr: see spansHosts
+  const char* hostCount;  // hosts in the job, or nullptr
   std::string jobKey;     // unique per launch, for the one-host rendezvous and the fallback secret
   bool jobNamed;           // a variable that makes jobKey unique is set
 };
@@ -54,20 +55,36 @@ Result<LauncherVars> detectLauncher() {
     // ORTE's job id (Open MPI 4), PRRTE's namespace (Open MPI 5)
     std::string key =
         jobKeyOf("ompi-", {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE"}, 3, "-", &named);
-    return LauncherVars{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", key, named};
+    return LauncherVars{"mpirun",          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                        nullptr, key, named};
   }
   if (envString("RANK") && envString("WORLD_SIZE")) {
     std::string key = jobKeyOf("torch-", {"TORCHELASTIC_RUN_ID", "MASTER_PORT"}, 2, "-", &named);
     return LauncherVars{envString("WEFT_LAUNCHER") ? "weftrun" : "torchrun", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                        key, named};
+                        nullptr, key, named};
   }
   if (envString("SLURM_PROCID")) {
     std::string key = jobKeyOf("slurm-", {"SLURM_JOB_ID", "SLURM_STEP_ID"}, 1, ".", &named);
-    return LauncherVars{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", key, named};
+    // Slurm gives no plain count of the tasks on this node (SLURM_STEP_NUM_TASKS is the step's
+    // total), but the step's nodes.
+    return LauncherVars{"srun", "SLURM_PROCID", "SLURM_NTASKS", nullptr, "SLURM_STEP_NUM_NODES", key, named};
   }
   return Status(weftInvalidUsage,
                 "no launcher environment found: set RANK and WORLD_SIZE (torchrun style, with MASTER_ADDR/MASTER_PORT "
                 "or WEFT_COMM_ID), or start under weftrun, mpirun or srun");
+}
+
+// Whether the job's ranks span several hosts, where the launcher says (nullopt where it does not).
+Result<std::optional<bool>> spansHosts(const LauncherVars& vars, int nranks) {
+  if (vars.hostCount != nullptr) {
+    WEFT_ASSIGN_OR_RETURN(auto hosts, envInt(vars.hostCount, 1, 1 << 20));
+    if (hosts) return std::optional<bool>(*hosts > 1);
+  }
+  if (vars.localSize != nullptr) {
+    WEFT_ASSIGN_OR_RETURN(auto local, envInt(vars.localSize, 1, 1 << 20));
+    if (local) return std::optional<bool>(*local < nranks);
+  }
+  return std::optional<bool>();
 }
 
 Result<Secret> secretFromEnvironment(const std::string& jobKey) {
@@ -105,6 +122,7 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   WEFT_ASSIGN_OR_RETURN(info.nranks, requiredInt(vars.size, 1, 1 << 20));
   WEFT_ASSIGN_OR_RETURN(info.rank, requiredInt(vars.rank, 0, info.nranks - 1));
 
+  WEFT_ASSIGN_OR_RETURN(const std::optional<bool> spans, spansHosts(vars, info.nranks));
   std::optional<std::string> rootText = envString("WEFT_COMM_ID");
   if (!rootText && envString("MASTER_ADDR") && envString("MASTER_PORT")) {
     std::string host = *envString("MASTER_ADDR");
@@ -120,12 +138,12 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
                                              "from 1 to 65535 (WEFT_COMM_ID=host:port, or MASTER_PORT)");
     }
     info.id.root = root.value();
+    info.id.spansHosts = spans.value_or(false);
     WEFT_ASSIGN_OR_RETURN(info.id.secret, secretFromEnvironment(vars.jobKey));
     info.hostsRoot = info.rank == 0;
     if (info.hostsRoot) {
-      WEFT_ASSIGN_OR_RETURN(auto localSize, envInt(vars.localSize, 1, 1 << 20));
       transport::SocketAddress listenAt = info.id.root;
-      if (listenAt.isLoopback() && localSize && *localSize < info.nranks) {
+      if (listenAt.isLoopback() && info.id.spansHosts) {
         // The root's name means this host's loopback here (Debian's /etc/hosts maps a host's own
         // name to 127.0.1.1) but the ranks on other hosts reach it by another address: listen on
         // every address, as torch's TCPStore does. The secret keeps strangers out.
@@ -146,8 +164,7 @@ Result<LaunchInfo> launchFromEnvironment(int timeoutMs) {
   }
 
   // No address: all ranks must be on this host; meet through a private file keyed by the job.
-  WEFT_ASSIGN_OR_RETURN(auto localSize, envInt(vars.localSize, 1, 1 << 20));
-  if (localSize && *localSize != info.nranks) {
+  if (spans.value_or(false)) {
     return Status(weftInvalidUsage, formatString("%d ranks span several hosts but no root address is given: set "
                                                  "WEFT_COMM_ID=host:port (or MASTER_ADDR and MASTER_PORT)",
                                                  info.nranks));

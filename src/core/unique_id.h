@@ -16,6 +16,10 @@ using Secret = std::array<uint8_t, 32>;
 struct UniqueIdContents {
   transport::SocketAddress root;
   Secret secret{};
+  // Not encoded: set from the launcher's environment where it says the job spans hosts. A rank
+  // whose route to the root is then loopback (the root's name means this host's loopback here)
+  // listens for peers on an interface the other hosts can reach.
+  bool spansHosts = false;
 };
 
 void encodeUniqueId(const UniqueIdContents& contents, weftUniqueId* id);

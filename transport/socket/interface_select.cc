@@ -91,12 +91,13 @@ Result<NetworkInterface> chooseInterface() {
   return Status(weftSystemError, "no network interface is up");
 }
 
-Result<SocketAddress> chooseListenAddress(const SocketAddress& root) {
-  if (envString("WEFT_SOCKET_IFNAME")) {
-    WEFT_ASSIGN_OR_RETURN(auto itf, chooseInterface());
-    return itf.address;
+Result<SocketAddress> chooseListenAddress(const SocketAddress& root, bool spansHosts) {
+  if (!envString("WEFT_SOCKET_IFNAME")) {
+    WEFT_ASSIGN_OR_RETURN(SocketAddress toward, localAddressToward(root));
+    if (!toward.isLoopback() || !spansHosts) return toward;
   }
-  return localAddressToward(root);
+  WEFT_ASSIGN_OR_RETURN(auto itf, chooseInterface());
+  return itf.address;
 }
 
 }  // namespace weft::transport

@@ -33,7 +33,8 @@ Result<std::vector<NetworkInterface>> listInterfaces();
 Result<NetworkInterface> chooseInterface();
 
 // The address this rank listens on for peers: WEFT_SOCKET_IFNAME's choice when set, otherwise
-// the local address that routes to the bootstrap root.
-Result<SocketAddress> chooseListenAddress(const SocketAddress& root);
+// the local address that routes to the bootstrap root, unless that is loopback in a job that
+// spans hosts (the root's name is loopback on this host only): then chooseInterface's.
+Result<SocketAddress> chooseListenAddress(const SocketAddress& root, bool spansHosts);
 
 }  // namespace weft::transport
