@@ -146,7 +146,11 @@ inline GpuMemoryKind gpuMemoryKindOf(const void* ptr, int* device) {
   *device = attributes.device;
 #if defined(WEFT_GPU_HIP)
   if (attributes.isManaged) return GpuMemoryKind::Managed;
+#if HIP_VERSION_MAJOR >= 6  // ROCm 6 renamed the field to CUDA's name
+  return attributes.type == hipMemoryTypeDevice ? GpuMemoryKind::Device : GpuMemoryKind::Host;
+#else
   return attributes.memoryType == hipMemoryTypeDevice ? GpuMemoryKind::Device : GpuMemoryKind::Host;
+#endif
 #else
   if (attributes.type == cudaMemoryTypeManaged) return GpuMemoryKind::Managed;
   return attributes.type == cudaMemoryTypeDevice ? GpuMemoryKind::Device : GpuMemoryKind::Host;

@@ -163,6 +163,7 @@ struct KernelParams {
   uint64_t divisor;
   const void* scalar;  // null: no PreMulSum
   const int* skipIf;
+  const uint32_t* skipIfMarked;
 };
 
 template <weftDataType_t T, class Op>
@@ -182,7 +183,8 @@ __global__ void reduceKernel(KernelParams p) {
   __shared__ int skip;
   __shared__ S sharedScalar;
   if (threadIdx.x == 0) {
-    skip = p.skipIf != nullptr ? *static_cast<const volatile int*>(p.skipIf) : 0;
+    skip = (p.skipIf != nullptr && *static_cast<const volatile int*>(p.skipIf) != 0) ||
+           (p.skipIfMarked != nullptr && *static_cast<const volatile uint32_t*>(p.skipIfMarked) != 0);
     sharedScalar = p.scalar != nullptr ? *static_cast<const S*>(p.scalar) : S{};
   }
   __syncthreads();
@@ -315,6 +317,7 @@ gpuError_t launchReduce(const ReduceArgs& args, gpuStream_t stream) {
   p.divisor = args.op == weftAvg ? args.divisor : 1;
   p.scalar = args.scalar;
   p.skipIf = args.skipIf;
+  p.skipIfMarked = args.skipIfMarked;
   if (args.listed) {
     for (int j = 0; j < args.nInputs; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(args.inputList[j]) % 16 == 0;
   } else {

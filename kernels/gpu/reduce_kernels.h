@@ -40,6 +40,9 @@ struct ReduceArgs {
   // Device-accessible; when it holds non-zero as the kernel starts, the kernel does nothing (an
   // operation that already failed must not read its peers' memory).
   const int* skipIf = nullptr;
+  // Device memory that a peer sets non-zero (through CUDA IPC) once an all-reduce failed on its
+  // side: read as skipIf is, so that no kernel touches the memory of a peer that has given up.
+  const uint32_t* skipIfMarked = nullptr;
 };
 
 // Launches the reduction on `stream` with a grid sized from the current device's properties.

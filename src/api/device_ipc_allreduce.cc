@@ -218,6 +218,8 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
   // stream, each costing more than the few reads over the bus.
   const bool mappedSkip = call.count * size <= DeviceOperation::kMappedSkipMaxBytes;
   const int* skipIf = mappedSkip ? op->mappedSkipFlag() : op->deviceSkipFlag();
+  // With device barriers a failed peer's stream still signals ours through: its mark stops them.
+  const uint32_t* skipIfMarked = ipc.signals ? signalOf(ipc, rank, rank) : nullptr;
   auto refreshSkipFlag = [&]() { return mappedSkip ? Status::ok() : op->copySkipFlag(stream); };
   const auto* send = static_cast<const unsigned char*>(call.send);
   auto* recv = static_cast<unsigned char*>(call.recv);
@@ -257,6 +259,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
     reduce.op = call.op;
     reduce.divisor = un;
     reduce.skipIf = skipIf;
+    reduce.skipIfMarked = skipIfMarked;
     WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(reduce, stream), "launching the reduce-scatter kernel"));
     WEFT_TRY(barrier());
     WEFT_TRY(refreshSkipFlag());
@@ -272,6 +275,7 @@ Status enqueueIpcAllReduce(const std::shared_ptr<CommState>& state, gpuStream_t 
       gather.count = std::min(block, count - first);
       gather.type = call.type;
       gather.skipIf = skipIf;
+      gather.skipIfMarked = skipIfMarked;
       WEFT_TRY(checkRuntime(kernels::gpu::launchReduce(gather, stream), "launching the all-gather copy"));
     }
   }

@@ -223,6 +223,7 @@ Result<bool> enqueueIpcDirect(const std::shared_ptr<CommState>& state, gpuStream
   BreakUnlessQueued guard{state, true};
   trackQueued(ipc, op);
   reduce.skipIf = op->deviceSkipFlag();
+  reduce.skipIfMarked = signalOf(ipc, rank, rank);  // a failed peer's stream still signals ours through
   if (ipc.doneRecorded) {
     WEFT_TRY(checkRuntime(gpuStreamWaitEvent(stream, ipc.done, 0), "waiting for the previous CUDA IPC all-reduce"));
   }

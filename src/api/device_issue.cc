@@ -1,6 +1,7 @@
 #include "api/device_issue.h"
 
 #include <cstring>
+#include <optional>
 
 #include "api/buffer_use.h"
 #include "api/host_stream.h"
@@ -237,7 +238,10 @@ void quiesceDevice(CommState& state) {
     pool = state.staging;
   }
   const int timeoutMs = state.config.timeoutMs;
-  if (pool && !pool->waitIdle(streamBackstopMs(timeoutMs))) return;
+  if (pool) {
+    ScopedDevice onDevice(pool->device());  // waitIdle asks the current device whether it failed
+    if (!pool->waitIdle(streamBackstopMs(timeoutMs))) return;
+  }
   if (!state.ipc || !state.ipc->usable || !state.communicator) return;
   // Every rank closes its mappings of the others' memory, then they meet: only then may a rank
   // free its IPC buffers (and its user return its buffers' memory).
@@ -252,6 +256,8 @@ void releaseDeviceStaging(CommState& state) {
     std::lock_guard<std::mutex> lock(state.stagingMutex);
     pool = std::move(state.staging);
   }
+  std::optional<ScopedDevice> onDevice;  // waitIdle asks the current device whether it failed
+  if (state.device >= 0) onDevice.emplace(state.device);
   if (pool && !pool->waitIdle(streamBackstopMs(state.config.timeoutMs))) {
     // Operations never ended (or the GPU failed): the GPU may still use this memory, and a
     // stream callback may drop the last reference to the communicator, where no runtime call
@@ -260,7 +266,6 @@ void releaseDeviceStaging(CommState& state) {
     new std::shared_ptr<gpu::StagingPool>(std::move(pool));
     return;
   }
-  ScopedDevice onDevice(state.device);
   if (pool) pool->freeAll();
   releaseDeviceIpc(state);
 }

@@ -1,5 +1,8 @@
 #include "gpu/stream_wait.h"
 
+#include <array>
+#include <atomic>
+
 #if !defined(WEFT_GPU_HIP)
 #include <cuda.h>  // types only: the entry point comes from the runtime, so libweft needs no libcuda at link time
 
@@ -10,7 +13,24 @@ namespace weft::gpu {
 
 #if defined(WEFT_GPU_HIP)
 
-bool streamMemoryOpsAvailable() { return true; }
+bool streamMemoryOpsAvailable() {
+  // Not every device offers them (hipDeviceAttributeCanUseStreamWaitValue); asked once a device.
+  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet, 1: yes, 2: no
+  int device = 0;
+  if (hipGetDevice(&device) != hipSuccess) {
+    (void)hipGetLastError();
+    return false;
+  }
+  auto* slot = device >= 0 && device < static_cast<int>(known.size()) ? &known[static_cast<size_t>(device)] : nullptr;
+  if (slot != nullptr && slot->load() != 0) return slot->load() == 1;
+  int can = 0;
+  if (hipDeviceGetAttribute(&can, hipDeviceAttributeCanUseStreamWaitValue, device) != hipSuccess) {
+    (void)hipGetLastError();
+    can = 0;
+  }
+  if (slot != nullptr) slot->store(can != 0 ? 1 : 2);
+  return can != 0;
+}
 
 gpuError_t streamWaitAtLeast(gpuStream_t stream, const uint32_t* flag, uint32_t value) {
   return hipStreamWaitValue32(stream, const_cast<uint32_t*>(flag), value, hipStreamWaitValueGte, 0xffffffffu);
@@ -20,7 +40,14 @@ gpuError_t streamWriteValue(gpuStream_t stream, uint32_t* flag, uint32_t value) 
   return hipStreamWriteValue32(stream, flag, value, 0);
 }
 
-bool streamIsCapturing(gpuStream_t) { return false; }
+bool streamIsCapturing(gpuStream_t stream) {
+  hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+  if (hipStreamIsCapturing(stream, &status) != hipSuccess) {
+    (void)hipGetLastError();
+    return false;
+  }
+  return status != hipStreamCaptureStatusNone;
+}
 
 #else
 

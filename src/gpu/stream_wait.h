@@ -11,7 +11,7 @@
 
 namespace weft::gpu {
 
-// Whether the driver offers both operations below.
+// Whether the driver offers both operations below on the current device.
 bool streamMemoryOpsAvailable();
 
 // `flag` is a device address. CUDA compares cyclically ((int32_t)(*flag - value) >= 0), so
