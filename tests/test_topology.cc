@@ -112,6 +112,21 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(cxl.gpus.empty());
   for (const auto& r : plan::layoutHosts(cxl, 1, 6, true)) CHECK(r.numaNode != 2);
 
+  // A management port beside one fabric NIC (an Ethernet one with RDMA) carries nothing.
+  auto mgmt = load("server-nic-mgmt.xml");
+  REQUIRE(mgmt.nics.size() == 2);
+  CHECK(mgmt.nics[0].name == "mlx5_0");
+  CHECK(mgmt.fabricNicCount() == 1);
+  CHECK(managed.fabricNicCount() == 4);
+  CHECK(gpu.fabricNicCount() == 4);
+  CHECK(laptop.fabricNicCount() == 1);
+
+  // Every device on a root port of its own: a NIC on the GPU's socket is nearer than one across.
+  auto rootPorts = load("gpu4-root-ports.xml");
+  REQUIRE(rootPorts.nics.size() == 2);
+  CHECK(topo::pciDistance(rootPorts.gpus[2], rootPorts.nics[1]) <
+        topo::pciDistance(rootPorts.gpus[2], rootPorts.nics[0]));
+
   auto quiet = load("no-nic.xml");
   CHECK(quiet.nics.empty());
   CHECK(quiet.gpus.empty());
@@ -238,7 +253,7 @@ TEST_CASE("placement: a thread whose CPUs span two NUMA nodes is on neither", "[
 
 TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {
   for (const char* name : {"laptop.xml", "server-2s.xml", "server-2s-cxl.xml", "gpu8-nic4.xml", "gpu8-nic4-mgmt.xml",
-                           "no-nic.xml"}) {
+                           "no-nic.xml", "server-nic-mgmt.xml", "gpu4-root-ports.xml", "gpu8-nic8.xml"}) {
     const auto host = load(name);
     for (int hosts : {1, 2, 3, 4, 5, 8}) {
       for (int perHost : {1, 2, 4, 8}) {
@@ -249,7 +264,7 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
           INFO(plan::describePlan(plan, ranks));
           CHECK(plan.hosts == hosts);
           const size_t expectChannels =
-              hosts > 1 ? std::clamp<size_t>(host.nics.size(), 1, static_cast<size_t>(plan::kMaxChannels)) : 1;
+              hosts > 1 ? std::clamp<size_t>(host.fabricNicCount(), 1, static_cast<size_t>(plan::kMaxChannels)) : 1;
           CHECK(plan.channels.size() == expectChannels);
           for (const auto& channel : plan.channels) {
             // Every rank exactly once; the ring crosses into each host once.
@@ -263,11 +278,14 @@ TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layou
             }
             CHECK(crossings == (hosts > 1 ? hosts : 0));
           }
-          // Each GPU rank's NIC is the one nearest its GPU.
+          // Each GPU rank's NIC is a fabric NIC nearest its GPU.
           for (const auto& p : ranks) {
             if (p.gpu < 0 || host.nics.empty()) continue;
+            CHECK(p.preferredNic < host.fabricNicCount());
             int best = INT_MAX;
-            for (const auto& nic : host.nics) best = std::min(best, topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], nic));
+            for (int k = 0; k < host.fabricNicCount(); ++k) {
+              best = std::min(best, topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], host.nics[static_cast<size_t>(k)]));
+            }
             CHECK(topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], host.nics[static_cast<size_t>(p.preferredNic)]) == best);
           }
           // Trees: one root, no cycles, parents and children agree, depth ~ log2(hosts) + chain.
@@ -350,6 +368,32 @@ TEST_CASE("planner: on 8 GPUs and 4 NICs each channel enters and leaves a host b
     }
     for (const auto& p : ranks) CHECK(host.nics[static_cast<size_t>(p.preferredNic)].rdma);
   }
+}
+
+TEST_CASE("planner: NICs go where the traffic is: no management port, the GPU's own socket, one NIC a GPU",
+          "[topology][planner]") {
+  // One fabric NIC and a 1 GbE port: one channel, and every rank on the fabric NIC.
+  const auto mgmt = load("server-nic-mgmt.xml");
+  const auto hostRanks = layout(mgmt, 2, 4);
+  const auto mgmtPlan = plan::makePlan(hostRanks);
+  CHECK(mgmtPlan.channels.size() == 1);
+  for (const auto& p : hostRanks) CHECK(mgmt.nics[static_cast<size_t>(p.preferredNic)].name == "mlx5_0");
+  // No switches: each GPU's NIC is its socket's.
+  const auto rootPorts = load("gpu4-root-ports.xml");
+  for (const auto& p : layout(rootPorts, 1, 4)) {
+    CHECK(rootPorts.nics[static_cast<size_t>(p.preferredNic)].numaNode == rootPorts.gpus[static_cast<size_t>(p.gpu)].numaNode);
+  }
+  // Two GPUs and two NICs under each switch: each GPU a NIC of its own, beside it.
+  const auto pairs = load("gpu8-nic8.xml");
+  std::set<int> taken;
+  for (const auto& p : layout(pairs, 1, 8)) {
+    taken.insert(p.preferredNic);
+    const auto& gpu = pairs.gpus[static_cast<size_t>(p.gpu)];
+    int nearest = INT_MAX;
+    for (const auto& nic : pairs.nics) nearest = std::min(nearest, topo::pciDistance(gpu, nic));
+    CHECK(topo::pciDistance(gpu, pairs.nics[static_cast<size_t>(p.preferredNic)]) == nearest);
+  }
+  CHECK(taken.size() == 8);
 }
 
 TEST_CASE("rails: a pair on two hosts has a socket stream per channel, each between that channel's NICs",

@@ -21,11 +21,12 @@ bool sameIp(SocketAddress a, SocketAddress b) {
 
 Result<RailListeners> listenOnRails(const topo::HostTopology& host, const SocketAddress& primary) {
   RailListeners out;
-  if (host.nics.size() < 2) return out;  // one NIC: the main listener is all there is
+  const int fabric = host.fabricNicCount();
+  if (fabric < 2) return out;  // one NIC: the main listener is all there is
   WEFT_ASSIGN_OR_RETURN(auto interfaces, transport::listInterfaces());
   const auto spec = envString("WEFT_SOCKET_IFNAME");
   const auto filter = transport::InterfaceFilter::parse(spec.value_or(""));
-  for (size_t nic = 0; nic < host.nics.size() && nic < kMaxRails; ++nic) {
+  for (size_t nic = 0; nic < static_cast<size_t>(fabric) && nic < kMaxRails; ++nic) {
     const std::string& netdev = host.nics[nic].netdev;
     const transport::NetworkInterface* match = nullptr;
     for (const auto& itf : interfaces) {

@@ -12,24 +12,34 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
   RankPlacement p;
   p.numaNode = numaNode;
   p.gpu = gpu >= 0 && gpu < static_cast<int>(host.gpus.size()) ? gpu : -1;
-  p.nicCount = static_cast<int>(host.nics.size());
+  p.nicCount = host.fabricNicCount();
   p.cpus = host.pus;
   p.cacheBytes = host.cacheBytes;
-  if (host.nics.empty()) return p;
+  if (p.nicCount == 0) return p;
+  const auto fabric = static_cast<size_t>(p.nicCount);
   if (p.gpu >= 0) {
-    int best = INT_MAX;
-    for (size_t n = 0; n < host.nics.size(); ++n) {
-      int d = topo::pciDistance(host.gpus[static_cast<size_t>(p.gpu)], host.nics[n]);
-      if (d < best) {
-        best = d;
-        p.preferredNic = static_cast<int>(n);
+    // The nearest NICs; where several are equally near (two NICs under a GPU pair's switch),
+    // the GPUs that share them take them in turn.
+    auto nearest = [&](size_t g) {
+      std::vector<int> best;
+      int least = INT_MAX;
+      for (size_t n = 0; n < fabric; ++n) {
+        const int d = topo::pciDistance(host.gpus[g], host.nics[n]);
+        if (d < least) best.clear();
+        if (d <= least) best.push_back(static_cast<int>(n));
+        least = std::min(least, d);
       }
-    }
+      return best;
+    };
+    const auto mine = nearest(static_cast<size_t>(p.gpu));
+    size_t turn = 0;
+    for (size_t g = 0; g < static_cast<size_t>(p.gpu); ++g) turn += nearest(g) == mine;
+    p.preferredNic = mine[turn % mine.size()];
     return p;
   }
   // Host-memory ranks: spread over the NICs on their NUMA node, else over all of them.
   std::vector<int> local;
-  for (size_t n = 0; n < host.nics.size(); ++n) {
+  for (size_t n = 0; n < fabric; ++n) {
     if (numaNode >= 0 && host.nics[n].numaNode == numaNode) local.push_back(static_cast<int>(n));
   }
   if (!local.empty()) {

@@ -177,7 +177,7 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
   std::sort(h.gpus.begin(), h.gpus.end(), [](const PciDevice& a, const PciDevice& b) { return a.busId < b.busId; });
   // The NICs that carry a job's traffic first, since channel c uses each host's NIC c: RDMA
   // ones, then faster PCIe links, then bus order. A 1 GbE management port, which most GPU
-  // servers have, so never takes a channel (and a quarter of the traffic) from a fabric NIC.
+  // servers have, so sorts last, where fabricNicCount leaves it out.
   std::sort(h.nics.begin(), h.nics.end(), [](const PciDevice& a, const PciDevice& b) {
     return std::make_tuple(!a.rdma, -a.linkGBps, a.busId) < std::make_tuple(!b.rdma, -b.linkGBps, b.busId);
   });
@@ -209,7 +209,20 @@ int pciDistance(const PciDevice& a, const PciDevice& b) {
   size_t common = 0;
   while (common < a.path.size() && common < b.path.size() && a.path[common] == b.path[common]) ++common;
   const int hops = static_cast<int>(a.path.size() - common + b.path.size() - common);
-  return common == 0 ? kCrossHostBridge + hops : hops;
+  if (common > 0) return hops;
+  const bool otherNode = a.numaNode >= 0 && b.numaNode >= 0 && a.numaNode != b.numaNode;
+  return kCrossHostBridge + (otherNode ? kCrossHostBridge : 0) + hops;
+}
+
+int HostTopology::fabricNicCount() const {
+  int count = 0;
+  for (const PciDevice& nic : nics) {
+    const PciDevice& first = nics.front();
+    const bool slower = nic.linkGBps > 0 && first.linkGBps > 0 && nic.linkGBps * 4 < first.linkGBps;
+    if (nic.rdma != first.rdma || slower) break;
+    ++count;
+  }
+  return count;
 }
 
 int HostTopology::numaOfCpu(unsigned cpu) const {

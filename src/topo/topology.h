@@ -27,8 +27,8 @@ struct PciDevice {
 };
 
 // PCI links between two devices: up from one to their lowest common bridge and down to the
-// other. Devices under different host bridges (on one NUMA node or across the CPU interconnect)
-// get kCrossHostBridge plus their two paths.
+// other. Devices under different host bridges get kCrossHostBridge plus their two paths, and
+// kCrossHostBridge more where they are on different NUMA nodes (across the CPU interconnect).
 constexpr int kCrossHostBridge = 100;
 int pciDistance(const PciDevice& a, const PciDevice& b);
 
@@ -47,10 +47,14 @@ struct HostTopology {
   size_t cacheBytes = 0;
   std::vector<NumaNode> numaNodes;
   std::vector<PciDevice> gpus;
-  std::vector<PciDevice> nics;
+  std::vector<PciDevice> nics;  // RDMA first, then faster links first, then bus order
 
   // The NUMA node holding `cpu` (an OS index), or -1.
   int numaOfCpu(unsigned cpu) const;
+  // How many of the first NICs carry the job's traffic: those of the first's kind (RDMA or not)
+  // whose links are at least a quarter as fast. A 1 GbE management port beside a fabric NIC
+  // carries none: no channel, and no rank's nearest NIC.
+  int fabricNicCount() const;
 };
 
 // The live machine, or the file named by WEFT_TOPO_FILE; writes WEFT_TOPO_DUMP_FILE if set.

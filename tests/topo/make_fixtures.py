@@ -177,6 +177,48 @@ def server_fpga_io(w, p):
         w.close()
 
 
+def fabric_mgmt_io(w, p):
+    """One 100G RoCE NIC and a 1 GbE management port on a x1 link at a lower bus id."""
+    host_bridge(w, "0000:[00-0f]")
+    pci_device(w, "0000:02:00.0", 0x0200, 0x14E4, 0x165F, [("eno1", NETWORK)], link_speed="0.250000")
+    w.close()
+    host_bridge(w, "0000:[10-1f]")
+    pci_device(w, "0000:11:00.0", 0x0200, 0x15B3, 0x1017, [("mlx5_0", OPENFABRICS), ("ens1f0np0", NETWORK)])
+    w.close()
+
+
+def root_port_io(w, p):
+    """No PCIe switches: each GPU and the socket's NIC on a root port (host bridge) of its own."""
+    base = 0x10 + p * 0x80
+    for g in range(2):
+        bus = base + g * 0x10
+        host_bridge(w, f"0000:[{bus:02x}-{bus + 0xf:02x}]")
+        pci_device(w, f"0000:{bus + 1:02x}:00.0", 0x0302, 0x10DE, 0x2330, [(f"cuda{p * 2 + g}", COPROC)])
+        w.close()
+    bus = base + 0x40
+    host_bridge(w, f"0000:[{bus:02x}-{bus + 0xf:02x}]")
+    pci_device(w, f"0000:{bus + 1:02x}:00.0", 0x0207, 0x15B3, 0x101B, [(f"mlx5_{p}", OPENFABRICS), (f"ib{p}", NETWORK)])
+    w.close()
+
+
+def gpu_nic_pairs_io(w, p):
+    """Two switches per socket, each with two GPUs and two NICs: a NIC for every GPU."""
+    base = 0x10 + p * 0x80
+    host_bridge(w, f"0000:[{base:02x}-{base + 0x7f:02x}]")
+    for s in range(2):
+        k = p * 2 + s
+        sbus = base + 1 + s * 0x20
+        switch(w, f"0000:{base:02x}:{1 + s:02x}.0", f"0000:[{sbus:02x}-{sbus + 0x1f:02x}]", 1)
+        for g in range(2):
+            pci_device(w, f"0000:{sbus + 1 + g:02x}:00.0", 0x0302, 0x10DE, 0x2330, [(f"cuda{2 * k + g}", COPROC)])
+        for n in range(2):
+            nic = 2 * k + n
+            pci_device(w, f"0000:{sbus + 5 + n:02x}:00.0", 0x0207, 0x15B3, 0x1021,
+                       [(f"mlx5_{nic}", OPENFABRICS), (f"ib{nic}", NETWORK)])
+        w.close()
+    w.close()
+
+
 def no_nic_io(w, p):
     host_bridge(w, "0000:[00-01]")
     pci_device(w, "0000:00:02.0", 0x0180, 0x1AF4, 0x1042, [("vda", BLOCK)])
@@ -190,6 +232,9 @@ def main():
         "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io, l3_mib=48),
         "gpu8-nic4-mgmt.xml": machine("gpunode", 2, 24, 2, gpu_mgmt_io, l3_mib=48),
         "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
+        "server-nic-mgmt.xml": machine("server", 1, 16, 1, fabric_mgmt_io, l3_mib=32),
+        "gpu4-root-ports.xml": machine("gpunode", 2, 8, 1, root_port_io, l3_mib=16),
+        "gpu8-nic8.xml": machine("gpunode", 2, 24, 2, gpu_nic_pairs_io, l3_mib=48),
         "server-2s-cxl.xml": machine("server", 2, 16, 1, server_fpga_io, l3_mib=32, cpuless_nodes=1),
     }
     for name, text in fixtures.items():
