@@ -3,7 +3,7 @@
 # with its own host name, so Weft sees different hosts and uses sockets), the namespaces joined by
 # veth pairs to a bridge in a switch namespace. The test builds all of it and tears it down.
 #
-#   netns_multihost.sh BIN_DIR collectives|shaped|linkdown|kill|plan
+#   netns_multihost.sh BIN_DIR MODE
 #
 #   collectives  3 hosts, weft-stress over every collective, every result verified
 #   shaped       the same with every host's link shaped: tc netem delay/loss/reordering where the
@@ -14,6 +14,8 @@
 #   kill         kill -9 of one rank mid-run: the survivors end with weftRemoteError within 2 x timeout
 #   hostname-root  the root named by a host name that is loopback on rank 0's host only, 2 ranks a
 #                host numbered across hosts, each rank choosing its own interface
+#   link-local   IPv6 link-local addresses only (the root at [fe80::1%<link>]), each rank choosing
+#                its own: the peers' addresses, which travel without their scope, must still connect
 #   weftrun      one weftrun per host (--nnodes 3 --node-rank h), 2 ranks each: weft-stress verified
 #   plan         2 ranks per host numbered across hosts, every ring and tree algorithm forced in turn:
 #                the planned ring and double binary tree, verified; then again with the topology
@@ -198,6 +200,18 @@ case $mode in
       for ((l = 0; l < per_host; ++l)); do
         start_rank $((h + nhosts * l)) "$h" $((h + nhosts * l)) "$l" "$bin/weft-stress" -i 20 -s 5 -m 64K
       done
+    done
+    wait_all ok
+    grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }
+    ;;
+  link-local)
+    for ((h = 0; h < nhosts; ++h)); do
+      ip -n "${tag}h$h" addr add "fe80::1$h/64" dev "${tag}v$h" nodad
+    done
+    pick_ifname=
+    for ((h = 0; h < nhosts; ++h)); do
+      master_addr="fe80::10%${tag}v$h"  # host 0's address, on each host's own link
+      start_rank "$h" "$h" "$h" 0 "$bin/weft-stress" -i 20 -s 5 -m 64K
     done
     wait_all ok
     grep -q " 0 wrong, 0 out of bounds, 0 failed calls" "$work/rank0.log" || { show_logs; exit 1; }

@@ -87,6 +87,13 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   WEFT_TRY(transport::recvAll(root.get(), records.data(), records.size() * sizeof(PeerRecord), deadline, abortFlag)
                .withContext(where));
   WEFT_ASSIGN_OR_RETURN(out.peers, decodePeerRecords(records, where));
+  for (PeerInfo& peer : out.peers) {
+    peer.listen.scopeLike(bound);
+    for (int nic = 0; nic < kMaxRails; ++nic) {
+      const SocketAddress& own = rails.addresses[nic].length > 0 ? rails.addresses[nic] : bound;
+      peer.rails[static_cast<size_t>(nic)].scopeLike(own);
+    }
+  }
   WEFT_INFO("rank %d of %d: bootstrap done, listening for peers on %s", rank, nranks, bound.toString().c_str());
   return out;
 }

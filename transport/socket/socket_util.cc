@@ -125,6 +125,15 @@ bool SocketAddress::isLoopback() const {
   return false;
 }
 
+void SocketAddress::scopeLike(const SocketAddress& local) {
+  if (family() != AF_INET6 || local.family() != AF_INET6) return;
+  auto* mine = reinterpret_cast<sockaddr_in6*>(&storage);
+  const auto* theirs = reinterpret_cast<const sockaddr_in6*>(&local.storage);
+  if (IN6_IS_ADDR_LINKLOCAL(&mine->sin6_addr) && mine->sin6_scope_id == 0 && IN6_IS_ADDR_LINKLOCAL(&theirs->sin6_addr)) {
+    mine->sin6_scope_id = theirs->sin6_scope_id;
+  }
+}
+
 std::string SocketAddress::toString() const {
   char host[INET6_ADDRSTRLEN] = "?";
   if (family() == AF_INET) {

@@ -28,6 +28,10 @@ struct SocketAddress {
   int port() const;
   void setPort(int port);
   bool isLoopback() const;
+  // A link-local IPv6 address means something only with its interface (the scope id), which is
+  // a host's own number and so does not travel on the wire. A peer's link-local address that
+  // came without one takes `local`'s, where that is link-local too: the link they share.
+  void scopeLike(const SocketAddress& local);
   std::string toString() const;
   const sockaddr* sockaddrPtr() const { return reinterpret_cast<const sockaddr*>(&storage); }
 };
