@@ -2,7 +2,12 @@
 // the wire form of addresses (including what a hostile peer could put there).
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -11,6 +16,7 @@
 
 #include "transport/socket/interface_select.h"
 #include "transport/socket/socket_util.h"
+#include "util/deadline.h"
 
 using namespace weft;
 using namespace weft::transport;
@@ -41,6 +47,22 @@ TEST_CASE("WEFT_SOCKET_IFNAME: prefixes, exclusion and exact names, as NCCL_SOCK
 
   auto empty = InterfaceFilter::parse("");
   CHECK_FALSE(empty.matches("eth0"));
+}
+
+TEST_CASE("WEFT_SOCKET_IFNAME: an exclusion picks loopback only where nothing else is left", "[socket]") {
+  auto all = listInterfaces();
+  REQUIRE(all.isOk());
+  const bool other = std::any_of(all.value().begin(), all.value().end(),
+                                 [](const NetworkInterface& itf) { return !itf.address.isLoopback(); });
+  setenv("WEFT_SOCKET_IFNAME", "^docker", 1);
+  auto chosen = chooseInterface();
+  setenv("WEFT_SOCKET_IFNAME", "lo", 1);  // named: loopback it is
+  auto named = chooseInterface();
+  unsetenv("WEFT_SOCKET_IFNAME");
+  REQUIRE(chosen.isOk());
+  CHECK(chosen.value().address.isLoopback() == !other);
+  REQUIRE(named.isOk());
+  CHECK(named.value().address.isLoopback());
 }
 
 TEST_CASE("WEFT_SOCKET_IFNAME naming no interface is an invalid argument listing each interface once", "[socket]") {
@@ -95,4 +117,28 @@ TEST_CASE("secrets compare in constant time and exactly", "[socket]") {
   b[31] = 0;
   b[0] = 0x80;
   CHECK_FALSE(constantTimeEqual(a, b, sizeof(a)));
+}
+
+TEST_CASE("connecting to a port where nothing listens never connects a socket to itself", "[socket]") {
+  // In a network namespace of its own whose ephemeral ports are just 40000 and 40001, the
+  // kernel soon picks 40000 as the source of a connection to 40000 (TCP's simultaneous open).
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNET) != 0) _exit(77);
+    std::ofstream("/proc/sys/net/ipv4/ip_local_port_range") << "40000 40001\n";
+    if (std::system("ip link set lo up") != 0) _exit(77);
+    auto to = SocketAddress::parse("127.0.0.1:40000").value();
+    auto fd = connectTo(to, Deadline::afterMs(1500));
+    if (fd.isOk()) _exit(1);                                 // connected to nothing: to itself
+    _exit(fd.status().code() == weftTimeout ? 0 : 2);       // kept retrying until the deadline
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    WARN("cannot make a network namespace here (needs root): not tested");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
 }

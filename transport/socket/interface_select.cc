@@ -64,9 +64,15 @@ Result<NetworkInterface> chooseInterface() {
   WEFT_ASSIGN_OR_RETURN(auto interfaces, listInterfaces());
   if (auto spec = envString("WEFT_SOCKET_IFNAME")) {
     InterfaceFilter filter = InterfaceFilter::parse(*spec);
-    for (int family : {AF_INET, AF_INET6}) {
-      for (const auto& itf : interfaces) {
-        if (itf.address.family() == family && filter.matches(itf.name)) return itf;
+    // Loopback only where nothing else matches: `^docker` means "not docker", not "lo", which
+    // most machines list first and no other host can reach.
+    for (bool loopback : {false, true}) {
+      for (int family : {AF_INET, AF_INET6}) {
+        for (const auto& itf : interfaces) {
+          if (itf.address.family() == family && itf.address.isLoopback() == loopback && filter.matches(itf.name)) {
+            return itf;
+          }
+        }
       }
     }
     std::vector<std::string> names;  // once each, though most have an IPv4 and an IPv6 address

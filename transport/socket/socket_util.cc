@@ -216,6 +216,23 @@ Result<UniqueFd> listenOn(const SocketAddress& address, SocketAddress* bound) {
   return fd;
 }
 
+namespace {
+
+// TCP's simultaneous open: connecting to a port in the ephemeral range where nothing listens,
+// the kernel may pick that very port as the source, and the socket connects to itself. Such a
+// rank would read its own hello as the answer, and hold the port its peer means to listen on.
+bool connectedToItself(int fd) {
+  sockaddr_storage self{}, peer{};
+  socklen_t selfLength = sizeof(self), peerLength = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &selfLength) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0) {
+    return false;
+  }
+  return selfLength == peerLength && std::memcmp(&self, &peer, selfLength) == 0;
+}
+
+}  // namespace
+
 Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadline,
                            const std::atomic<bool>* abortFlag, const SocketAddress* source, OnRefused onRefused) {
   int backoffMs = 1;
@@ -239,6 +256,7 @@ Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadlin
       socklen_t len = sizeof(err);
       ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     }
+    if (err == 0 && connectedToItself(fd.get())) err = ECONNREFUSED;  // nothing listens there yet
     if (err == 0) {
       WEFT_TRY(configureStreamSocket(fd.get()));
       return fd;
