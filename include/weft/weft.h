@@ -69,8 +69,10 @@ typedef enum {
 
 /* Reduction operators: the same values as ncclRedOp_t. Avg divides the sum by the number of
  * ranks (truncating for integer types, as NCCL does). For half, bfloat16 and fp8 on host
- * buffers each input is divided first, as NCCL does, so that the sum cannot saturate or overflow
- * where the average fits; on device buffers the kernels sum in float and divide once. Float and
+ * buffers each input is divided first, as NCCL does, so that the sum does not saturate or overflow
+ * where the average fits, but for the rounding of the partial sums at the very top of the range
+ * (half's 65504 averaged over 3 ranks rounds up to inf); on device buffers the kernels sum in
+ * float and divide once. Integer Avg divides the wrapped sum, as NCCL's does. Float and
  * double sum first and divide once, rounding once, where NCCL scales each input by 1/nranks:
  * the last bit can differ from NCCL's, and a sum beyond the type's range is inf where NCCL's
  * average is finite.
