@@ -80,7 +80,6 @@ class RootServer {
     return readHellos();
   }
 
- private:
   void acceptNew() {
     for (;;) {
       PendingConnection p;

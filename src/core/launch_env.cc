@@ -55,8 +55,8 @@ Result<LauncherVars> detectLauncher() {
     // ORTE's job id (Open MPI 4), PRRTE's namespace (Open MPI 5)
     std::string key =
         jobKeyOf("ompi-", {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE"}, 3, "-", &named);
-    return LauncherVars{"mpirun",          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                        nullptr, key, named};
+    return LauncherVars{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr,
+                        key, named};
   }
   if (envString("RANK") && envString("WORLD_SIZE")) {
     std::string key = jobKeyOf("torch-", {"TORCHELASTIC_RUN_ID", "MASTER_PORT"}, 2, "-", &named);
