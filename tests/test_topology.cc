@@ -118,6 +118,8 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(mgmt.nics[0].name == "mlx5_0");
   CHECK(mgmt.fabricNicCount() == 1);
   CHECK(managed.fabricNicCount() == 4);
+  CHECK(topo::describeTopology(managed).find("NICs 4 and on carry no traffic") != std::string::npos);
+  CHECK(topo::describeTopology(gpu).find("carry no traffic") == std::string::npos);
   CHECK(gpu.fabricNicCount() == 4);
   CHECK(laptop.fabricNicCount() == 1);
 

@@ -290,6 +290,10 @@ std::string describeTopology(const HostTopology& h) {
   };
   devices("GPU", h.gpus);
   devices("NIC", h.nics);
+  if (h.fabricNicCount() < static_cast<int>(h.nics.size())) {
+    out += formatString("  NICs %d and on carry no traffic: slower than a quarter of NIC 0, or not its kind (%s)\n",
+                        h.fabricNicCount(), h.nics.front().rdma ? "RDMA" : "no RDMA");
+  }
   return out;
 }
 
