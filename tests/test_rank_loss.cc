@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/bootstrap_wire.h"
 #include "core/unique_id.h"
@@ -125,4 +126,40 @@ TEST_CASE("peer mesh: a rank out of file descriptors says so, not that its peer 
   });
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+TEST_CASE("shm: a rank gone while a child it forked holds its sockets is reported at once", "[shm][multiprocess]") {
+  // A DataLoader worker forked by the rank keeps the rank's ends of the shared-memory control
+  // sockets open, so its death shows no EOF: the survivor must see the process gone instead,
+  // in the ring (1 MiB) and in the arena (4 bytes), rather than wait out its 20 s timeout.
+  for (const size_t count : {size_t{1} << 18, size_t{1}}) {
+    DYNAMIC_SECTION(count * 4 << " bytes") {
+      auto outcomes = runRanks(2, [count](RankContext& ctx) {
+        setenv("WEFT_TRANSPORT", "shm", 1);
+        weftComm_t comm = rankComm(ctx, 20000);
+        if (comm == nullptr) return 1;
+        std::vector<float> v(count, 1.0f);
+        RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr));
+        if (ctx.rank == 1) {
+          if (fork() == 0) {  // the worker: lives on, its output nowhere (the harness reads the rank's)
+            for (int fd : {0, 1, 2}) close(fd);
+            std::this_thread::sleep_for(std::chrono::seconds(15));
+            _exit(0);
+          }
+          _exit(0);  // gone without a word, the worker holding its sockets
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        const auto start = std::chrono::steady_clock::now();
+        weftResult_t rc = weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr);
+        const char* why = weftGetLastError(comm);
+        RANK_CHECK(ctx, rc == weftRemoteError, "all-reduce gave %s: %s", weftGetErrorString(rc), why);
+        RANK_CHECK(ctx, contains(why, "rank 1") && contains(why, "exited"), "the error: %s", why);
+        RANK_CHECK(ctx, secondsSince(start) < 10, "the all-reduce took %.1f s to fail", secondsSince(start));
+        weftCommAbort(comm);
+        return 0;
+      });
+      INFO(describeFailures(outcomes));
+      for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+    }
+  }
 }

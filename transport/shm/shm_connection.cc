@@ -83,8 +83,17 @@ Status ShmConnection::postForwardedRecv(const ForwardedRecv& f, MessageTag tag, 
 }
 
 Status ShmConnection::peerGone() const {
-  return Status(weftRemoteError, formatString("lost the connection to rank %d (%s, pid %d): it closed its end",
+  return Status(weftRemoteError, formatString("lost the connection to rank %d (%s, pid %d): it closed its end or exited",
                                               p_.peerRank, p_.peerName.c_str(), static_cast<int>(p_.peerPid)));
+}
+
+bool ShmConnection::peerProcessGone() {
+  if (peerClosed_) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < nextProcessLook_) return false;
+  nextProcessLook_ = now + std::chrono::milliseconds(100);
+  peerClosed_ = ShmSegment::creatorGone(p_.inbound.name());
+  return peerClosed_;
 }
 
 void ShmConnection::ringDoorbell(std::atomic<uint32_t>& sleeping) {
@@ -431,6 +440,7 @@ bool ShmConnection::prepareToSleep() {
     }
   }
   if (sleep) checkControl_ = true;  // poll() may wake for a doorbell or the peer's EOF
+  if (sleep && (!sends_.empty() || !recvs_.empty()) && peerProcessGone()) return false;  // progress() says so
   return sleep;
 }
 
@@ -443,6 +453,7 @@ void ShmConnection::addPollFds(std::vector<pollfd>* fds) const {
 Status ShmConnection::checkPeerAlive() {
   pollfd fd{p_.control.get(), POLLRDHUP, 0};
   if (::poll(&fd, 1, 0) > 0 && (fd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return peerGone();
+  if (peerProcessGone()) return peerGone();
   return Status::ok();
 }
 

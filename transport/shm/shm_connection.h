@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <deque>
 #include <string>
 
@@ -93,6 +94,7 @@ class ShmConnection final : public Connection {
   Status drainControl();
   void ringDoorbell(std::atomic<uint32_t>& sleeping);
   Status peerGone() const;
+  bool peerProcessGone();  // at most every 100 ms; sets peerClosed_
 
   ShmConnectionParams p_;
   std::deque<PendingSend> sends_;
@@ -108,6 +110,9 @@ class ShmConnection final : public Connection {
   shm::SlotStoreCosts readCosts_;         // what reading inbound pieces costs
   bool checkControl_ = false;
   bool peerClosed_ = false;
+  // The control socket's EOF is not enough: a child the peer forked (a DataLoader worker) holds
+  // its end open after the peer died. While waiting, the peer's process is looked at too.
+  std::chrono::steady_clock::time_point nextProcessLook_{};
 };
 
 }  // namespace weft::transport

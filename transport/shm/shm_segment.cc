@@ -98,10 +98,19 @@ bool processGone(long pid) {
 
 // Segments are unlinked once mapped, but a process killed before its peer mapped one (SIGKILL,
 // or SIGTERM while a setup waits) leaves the name.
+bool ShmSegment::creatorGone(const std::string& name) {
+  const unsigned long long mine = pidNamespace();
+  unsigned long long ns = 0;
+  long pid = 0;
+  const std::string base = name.rfind('/', 0) == 0 ? name.substr(1) : name;
+  return mine != 0 && creatorOf(base, &ns, &pid) && ns == mine && pid > 0 && processGone(pid);
+}
+
 int ShmSegment::removeOrphans() {
+  const unsigned long long mine = pidNamespace();
+  if (mine == 0) return 0;  // unknown: another container's pids could look like ours
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return 0;
-  const unsigned long long mine = pidNamespace();
   int removed = 0;
   while (const dirent* entry = ::readdir(dir)) {
     const std::string name = entry->d_name;

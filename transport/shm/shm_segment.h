@@ -44,6 +44,9 @@ class ShmSegment {
   // Removes this user's segments made in this pid namespace by processes now gone (zombies
   // included); returns how many. A scan of /dev/shm: for failures, not for every call.
   static int removeOrphans();
+  // Whether the process that made the segment `name` is gone (or exiting, or a zombie); false
+  // where that cannot be told (made in another pid namespace, whose pids mean other processes).
+  static bool creatorGone(const std::string& name);
 
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
