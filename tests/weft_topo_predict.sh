@@ -19,7 +19,7 @@ check() {  # ranks, transport (shm|socket), then weft-topo's extra flags
   WEFT_DEBUG=INFO WEFT_TRANSPORT=$transport WEFT_TUNE=defaults "$bin/weftrun" -n "$n" --timeout 120 \
     "$bin/weft-perf" allreduce -b 8 -e 4M -f 16 -n 1 -w 0 -c 0 > "$work/ranks" 2>&1 ||
     { echo "weft-perf on $n ranks ($transport) failed:"; cat "$work/ranks"; exit 1; }
-  if grep -q "stay on the executor" "$work/ranks"; then
+  if grep -qE "stay on the executor|no shared-memory arena" "$work/ranks"; then
     # The tool assumes the shared-memory arena that one host's ranks normally set up.
     echo "the ranks could not set up the shared-memory arena (is /dev/shm small?): skipped"
     exit 77

@@ -85,8 +85,14 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     WEFT_INFO("small all-reduces (up to %zu bytes), one-shot all-gathers and broadcasts go through a shared-memory arena",
               coll::kArenaMaxBytes);
   } else {
-    WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s",
-              why.empty() ? "a peer could not map the arena" : why.c_str());
+    why = why.empty() ? "a peer could not map the arena" : why;
+    if (shmEverywhere_) {  // it should have been there: say so where it is seen
+      WEFT_WARN("no shared-memory arena (%s): small all-reduces, all-gathers and broadcasts take the slower path "
+                "through the connections (give /dev/shm more room, e.g. docker run --shm-size=1g)",
+                why.c_str());
+    } else {
+      WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s", why.c_str());
+    }
     layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
     forgetChoices();
   }

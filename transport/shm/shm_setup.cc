@@ -153,9 +153,8 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
     return Status(weftRemoteError, formatString("rank %d sent a malformed shared-memory offer", peer.rank));
   }
 
-  const std::string fallback =
-      "(set WEFT_SHM_DISABLE=1 or WEFT_TRANSPORT=socket to choose sockets without this warning, or give /dev/shm "
-      "more room, e.g. docker run --shm-size=1g)";
+  const std::string chooseSockets = "set WEFT_SHM_DISABLE=1 or WEFT_TRANSPORT=socket to choose sockets without this warning";
+  const std::string fallback = "(" + chooseSockets + ", or give /dev/shm more room, e.g. docker run --shm-size=1g)";
   if (mine.status != kReady || theirs.status != kReady) {
     std::string why = mine.status == kFailed ? createFailure.message()
                       : mine.status == kDeclined
@@ -191,8 +190,8 @@ Result<std::unique_ptr<Connection>> establishShm(const ShmPeer& peer, std::vecto
   if (!ring.isOk() || theirAck.mapped != 1) {
     std::string why = !ring.isOk() ? ring.status().message() : formatString("rank %d could not map this rank's ring", peer.rank);
     if (options.policy == ShmPolicy::Required) return Status(weftSystemError, "WEFT_TRANSPORT=shm: " + why);
-    WEFT_WARN("shared memory with rank %d failed: %s; falling back to sockets %s", peer.rank, why.c_str(),
-              fallback.c_str());
+    WEFT_WARN("shared memory with rank %d failed: %s; falling back to sockets (%s)", peer.rank, why.c_str(),
+              chooseSockets.c_str());
     return std::unique_ptr<Connection>();
   }
   if (!ack.remoteReadOk || !theirAck.remoteReadOk) {
