@@ -166,6 +166,41 @@ TEST_CASE("launch: one environment initializes again and again in the same proce
   }
 }
 
+TEST_CASE("launch: a failed rendezvous is retried at once with the same port", "[launch][multiprocess]") {
+  // Rank 1 first miscounts the ranks, which fails the rendezvous; both then initialize again
+  // with the same port. The failed root lingers to tell latecomers why, but must neither hold
+  // the port against rank 0's new root nor tell the retrying rank 1 the old failure.
+  for (int laterRank : {1, 0}) {
+    DYNAMIC_SECTION("rank " << laterRank << " retries a moment after the other") {
+      const std::string port = std::to_string(freePort());
+      LaunchOptions options;
+      options.makeId = false;
+      expectAllPassed(runRanks(
+          2,
+          [&](RankContext& ctx) {
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", port.c_str(), 1);
+            setenv("RANK", std::to_string(ctx.rank).c_str(), 1);
+            setenv("WORLD_SIZE", ctx.rank == 1 ? "3" : "2", 1);
+            setenv("WEFT_TIMEOUT_MS", "20000", 1);
+            weftComm_t comm = nullptr;
+            RANK_CHECK(ctx, weftCommInitFromEnv(&comm) == weftInvalidUsage, "the miscounted init: %s",
+                       weftGetLastError(nullptr));
+            if (ctx.rank == laterRank) usleep(500 * 1000);
+            setenv("WORLD_SIZE", "2", 1);
+            RANK_WEFT(ctx, weftCommInitFromEnv(&comm));
+            if (comm == nullptr) return 1;
+            int32_t v = ctx.rank + 1;
+            RANK_WEFT(ctx, weftAllReduce(&v, &v, 1, weftInt32, weftSum, comm, nullptr));
+            RANK_CHECK(ctx, v == 3, "sum %d", v);
+            RANK_WEFT(ctx, weftCommDestroy(comm));
+            return 0;
+          },
+          options));
+    }
+  }
+}
+
 TEST_CASE("launch: WEFT_COMM_ID names the root", "[launch][multiprocess]") {
   std::string root = "127.0.0.1:" + std::to_string(freePort());
   runWithEnvironment(2, [&](int rank) {

@@ -3,6 +3,9 @@
 // deadline, never a hang or another call's data. Ranks are real processes.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -201,10 +204,15 @@ TEST_CASE("ranks that disagree: Avg on one rank and Sum on the other is an error
 TEST_CASE("ranks that disagree: a rank that comes after the rendezvous failed is told why, not left to time out",
           "[mismatch][bootstrap]") {
   // Rank 1 miscounts the ranks, which fails the rendezvous for ranks 0 and 1; rank 2 comes
-  // later, while rank 0's process (the root's) lives on. It must hear the same failure rather
-  // than find the root's port closed and retry until its 20 s timeout.
-  expectAllPassed(runRanks(3, [](RankContext& ctx) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ctx.rank * 400));
+  // after that, while rank 0's process (the root's) lives on. It must hear the same failure
+  // rather than find the root's port closed and retry until its 20 s timeout.
+  const std::string flag = "/tmp/weft-test-latecomer-" + std::to_string(getpid());
+  auto raise = [&](int rank) { close(open((flag + "-" + std::to_string(rank)).c_str(), O_CREAT | O_WRONLY, 0600)); };
+  auto awaitRaised = [&](int rank) {  // up to 20 s
+    for (int i = 0; i < 2000 && access((flag + "-" + std::to_string(rank)).c_str(), F_OK) != 0; ++i) usleep(10000);
+  };
+  expectAllPassed(runRanks(3, [&](RankContext& ctx) {
+    if (ctx.rank == 2) awaitRaised(1);  // rank 1 has heard the failure
     weftConfig_t config = WEFT_CONFIG_INITIALIZER;
     config.timeoutMs = 20000;
     weftComm_t comm = nullptr;
@@ -213,7 +221,9 @@ TEST_CASE("ranks that disagree: a rank that comes after the rendezvous failed is
     RANK_CHECK(ctx, rc == weftInvalidUsage && contains(why, "says there are"), "init returned %s: %s",
                weftGetErrorString(rc), why);
     RANK_CHECK(ctx, comm == nullptr, "a communicator was made");
-    if (ctx.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(3));  // the root lives on
+    raise(ctx.rank);
+    if (ctx.rank == 0) awaitRaised(2);  // the root lives on until rank 2 has heard
     return 0;
   }));
+  for (int rank = 0; rank < 3; ++rank) unlink((flag + "-" + std::to_string(rank)).c_str());
 }

@@ -2,9 +2,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
@@ -65,23 +67,27 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
                      static_cast<uint32_t>(std::min<size_t>(placement.cacheBytes >> 10, UINT32_MAX))};
 
   const std::string where = "bootstrap root " + id.root.toString();
-  auto connected = transport::connectTo(id.root, deadline, abortFlag);
-  if (!connected.isOk()) return connected.status().withContext("rank " + std::to_string(rank) + " cannot reach the " + where);
-  UniqueFd root = connected.take();
-  WEFT_TRY(transport::sendAll(root.get(), &hello, sizeof(hello), deadline, abortFlag).withContext(where));
-
+  UniqueFd root;
   RootReply reply{};
-  Status got = transport::recvAll(root.get(), &reply, sizeof(reply), deadline, abortFlag);
-  if (got.code() == weftTimeout) {
-    return Status(weftTimeout, formatString("rank %d timed out after %d ms waiting for the other %d rank(s) at the %s",
-                                            rank, timeoutMs, nranks - 1, where.c_str()));
-  }
-  if (got.code() == weftRemoteError && abortFlag != nullptr && abortFlag->load()) return got;  // aborted, not lost
-  if (got.code() == weftRemoteError) {
-    return Status(weftRemoteError, "the " + where + " closed the connection before answering (" + got.message() +
-                                       "): its process exited, or the id is stale or belongs to another job");
-  }
-  WEFT_TRY(got);
+  do {
+    if (reply.result == kReplyTryAgain) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto connected = transport::connectTo(id.root, deadline, abortFlag);
+    if (!connected.isOk()) return connected.status().withContext("rank " + std::to_string(rank) + " cannot reach the " + where);
+    root = connected.take();
+    WEFT_TRY(transport::sendAll(root.get(), &hello, sizeof(hello), deadline, abortFlag).withContext(where));
+
+    Status got = transport::recvAll(root.get(), &reply, sizeof(reply), deadline, abortFlag);
+    if (got.code() == weftTimeout) {
+      return Status(weftTimeout, formatString("rank %d timed out after %d ms waiting for the other %d rank(s) at the %s",
+                                              rank, timeoutMs, nranks - 1, where.c_str()));
+    }
+    if (got.code() == weftRemoteError && abortFlag != nullptr && abortFlag->load()) return got;  // aborted, not lost
+    if (got.code() == weftRemoteError) {
+      return Status(weftRemoteError, "the " + where + " closed the connection before answering (" + got.message() +
+                                         "): its process exited, or the id is stale or belongs to another job");
+    }
+    WEFT_TRY(got);
+  } while (reply.magic == kReplyMagic && reply.result == kReplyTryAgain);  // a failed root making way for a retry
   WEFT_TRY(checkRootReply(reply, nranks, where));
   std::vector<PeerRecord> records(static_cast<size_t>(nranks));
   WEFT_TRY(transport::recvAll(root.get(), records.data(), records.size() * sizeof(PeerRecord), deadline, abortFlag)

@@ -1,12 +1,15 @@
 // The bootstrap root: a thread that collects one RankHello from each rank, checks them, and
 // answers every rank with the full table (or with an error naming what went wrong).
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,11 +35,43 @@ struct PendingConnection {
   Deadline deadline = Deadline::afterMs(kHelloDeadlineMs);
 };
 
+class RootServer;
+
+// Roots whose rendezvous failed and that linger to tell latecomers why. A retry in this process
+// with the same id starts a new root on the same port: it retires the lingering one first, so it
+// does not find the port taken.
+class LingeringRoots {
+ public:
+  static LingeringRoots& instance() {
+    static LingeringRoots* roots = new LingeringRoots;  // never destroyed: root threads outlive main
+    return *roots;
+  }
+  void add(RootServer* root) {
+    std::lock_guard lock(mu_);
+    roots_.push_back(root);
+  }
+  void remove(RootServer* root) {
+    std::lock_guard lock(mu_);
+    std::erase(roots_, root);
+    changed_.notify_all();
+  }
+  // Asks every lingering root on `port` to close its listener, and waits (a little) until it has.
+  void retire(int port);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<RootServer*> roots_;
+};
+
 class RootServer {
  public:
-  RootServer(UniqueFd listenFd, const Secret& secret, int lifetimeMs, std::string idFile)
-      : listenFd_(std::move(listenFd)), secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)),
+  RootServer(UniqueFd listenFd, int port, const Secret& secret, int lifetimeMs, std::string idFile)
+      : listenFd_(std::move(listenFd)), port_(port), secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)),
         idFile_(std::move(idFile)) {}
+
+  int port() const { return port_; }
+  void retire() { (void)!::write(wakeWrite_.get(), "x", 1); }
 
   void serve() {
     if (gatherHellos() && joinedStillThere()) {
@@ -49,9 +84,18 @@ class RootServer {
       return;
     }
     // The rendezvous failed. A rank that comes later hears the same failure for as long as the
-    // root would have lived, rather than find the port closed and retry until its timeout.
+    // root would have lived, rather than find the port closed and retry until its timeout; until
+    // the job retries with this id: a new root in this process wants the port (LingeringRoots),
+    // or a process that heard the failure comes again (readHello).
+    int wake[2];
+    if (deadline_.expired() || ::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    wakeRead_.reset(wake[0]);
+    wakeWrite_.reset(wake[1]);
+    LingeringRoots::instance().add(this);
     while (!deadline_.expired() && pollOnce()) {
     }
+    listenFd_.reset();
+    LingeringRoots::instance().remove(this);
   }
 
  private:
@@ -69,13 +113,14 @@ class RootServer {
 
   // Accepts connections and reads hellos for up to a second; false when the rendezvous fails.
   bool pollOnce() {
-    std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
+    std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}, {wakeRead_.get(), POLLIN, 0}};
     for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
     int n = ::poll(fds.data(), fds.size(), deadline_.remainingMs(1000));
     if (n < 0 && errno != EINTR) {
       fail(weftSystemError, "bootstrap root: poll failed: " + errnoString(errno));
       return false;
     }
+    if (fds[1].revents & POLLIN) return false;  // retired while lingering
     if (fds[0].revents & POLLIN) acceptNew();
     return readHellos();
   }
@@ -116,7 +161,7 @@ class RootServer {
         pending_.erase(pending_.begin() + static_cast<long>(i));
       }
     }
-    return true;
+    return !retiring_;
   }
 
   Outcome readHello(PendingConnection& p) {
@@ -135,7 +180,15 @@ class RootServer {
       return Outcome::Dropped;
     }
     if (failure_) {
-      tell(p.fd);
+      if (std::ranges::find(told_, processOf(p.hello)) != told_.end()) {
+        // A process that heard the failure came again: the job retries with this id. Make way
+        // for its new root, and have the rank connect again, to that one.
+        RootReply again{kReplyMagic, kReplyTryAgain, nranks_, 0, {}};
+        (void)transport::sendAll(p.fd.get(), &again, sizeof(again), Deadline::afterMs(1000));
+        retiring_ = true;
+      } else {
+        tell(p.fd, p.hello);
+      }
       return Outcome::Dropped;
     }
     return admit(p) ? Outcome::Admitted : Outcome::Failed;
@@ -248,17 +301,28 @@ class RootServer {
     failure_ = RootReply{kReplyMagic, code, nranks_, 0, {}};
     std::snprintf(failure_->message, sizeof(failure_->message), "%s", message.c_str());
     for (auto& p : pending_) {
-      if (p.received == sizeof(RankHello) && validate(p.hello).empty()) tell(p.fd);
+      if (p.received == sizeof(RankHello) && validate(p.hello).empty()) tell(p.fd, p.hello);
     }
-    for (auto fd = joined_.rbegin(); fd != joined_.rend(); ++fd) tell(*fd);  // highest rank first, as in replyAll
+    for (int r = static_cast<int>(joined_.size()) - 1; r >= 0; --r) {  // highest rank first, as in replyAll
+      const PeerRecord& rec = records_[static_cast<size_t>(r)];
+      tell(joined_[static_cast<size_t>(r)], Process{rec.hostHash, rec.pid});
+    }
     joined_.clear();
   }
 
-  void tell(UniqueFd& fd) {
-    if (fd.valid()) (void)transport::sendAll(fd.get(), &*failure_, sizeof(*failure_), Deadline::afterMs(1000));
+  using Process = std::pair<uint64_t, uint32_t>;  // host hash, pid
+  static Process processOf(const RankHello& h) { return {h.hostHash, h.pid}; }
+
+  void tell(UniqueFd& fd, const RankHello& hello) { tell(fd, processOf(hello)); }
+  void tell(UniqueFd& fd, Process process) {
+    if (!fd.valid()) return;
+    (void)transport::sendAll(fd.get(), &*failure_, sizeof(*failure_), Deadline::afterMs(1000));
+    told_.push_back(process);
   }
 
   UniqueFd listenFd_;
+  int port_;
+  UniqueFd wakeRead_, wakeWrite_;  // while lingering: a byte here retires the root
   std::string acceptError_;  // why accept last failed; warned once
   Secret secret_;
   Deadline deadline_;
@@ -269,16 +333,29 @@ class RootServer {
   std::vector<PeerRecord> records_;
   std::string idFile_;
   std::optional<RootReply> failure_;  // set once the rendezvous has failed
+  std::vector<Process> told_;         // the processes that heard it
+  bool retiring_ = false;             // one of them came again: stop lingering
 };
+
+void LingeringRoots::retire(int port) {
+  std::unique_lock lock(mu_);
+  auto onPort = [&] { return std::ranges::any_of(roots_, [&](RootServer* r) { return r->port() == port; }); };
+  for (RootServer* root : roots_) {
+    if (root->port() == port) root->retire();
+  }
+  changed_.wait_for(lock, std::chrono::seconds(2), [&] { return !onPort(); });
+}
 
 }  // namespace
 
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret& secret, int lifetimeMs,
                           SocketAddress* bound, std::string idFile) {
+  if (bindAddress.port() != 0) LingeringRoots::instance().retire(bindAddress.port());
   WEFT_ASSIGN_OR_RETURN(UniqueFd listenFd, transport::listenOn(bindAddress, bound));
   WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
   try {
-    std::thread([server = std::make_shared<RootServer>(std::move(listenFd), secret, lifetimeMs, std::move(idFile))] {
+    std::thread([server = std::make_shared<RootServer>(std::move(listenFd), bound->port(), secret, lifetimeMs,
+                                                       std::move(idFile))] {
       server->serve();
     }).detach();
   } catch (const std::system_error& e) {

@@ -68,11 +68,15 @@ static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 248 && sizeof(
 // The root's answer: on success followed by nranks PeerRecords.
 struct RootReply {
   uint32_t magic;
-  int32_t result;   // weftResult_t
+  int32_t result;   // weftResult_t, or kReplyTryAgain
   int32_t nranks;
   uint32_t reserved;
   char message[256];
 };
+
+// From a root whose rendezvous failed to a process that had been told so and came again: the job
+// is retrying with the same id, and the root makes way (the rank connects again, to the new one).
+constexpr int32_t kReplyTryAgain = -1;
 
 // First bytes on every rank-to-rank stream.
 struct PeerHello {
