@@ -72,15 +72,12 @@ bool creatorOf(const std::string& name, unsigned long long* ns, long* pid) {
   return std::sscanf(creator.c_str(), "%llx.%ld%c", ns, pid, &tail) == 2;
 }
 
-// Whether the process is gone or going: no such pid, a zombie its parent has not reaped yet
-// (a launcher that waits for its last child), or exiting (PF_EXITING: a rank killed a moment
-// ago, whose closed sockets its peers may see before it is a zombie).
-bool processGone(long pid) {
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-  FILE* file = std::fopen(path, "re");
-  if (file == nullptr) return errno == ENOENT;
+enum class TaskState { Running, Going, Unknown };
+
+// One task's state from its /proc stat file: Going when a zombie or exiting (PF_EXITING).
+TaskState taskState(const std::string& statPath) {
+  FILE* file = std::fopen(statPath.c_str(), "re");
+  if (file == nullptr) return TaskState::Unknown;
   char line[512] = {};
   const size_t got = std::fread(line, 1, sizeof(line) - 1, file);
   std::fclose(file);
@@ -89,15 +86,53 @@ bool processGone(long pid) {
   const char* close = got > 0 ? std::strrchr(line, ')') : nullptr;
   char state = 0;
   unsigned long flags = 0;
-  if (close == nullptr || std::sscanf(close + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  if (close == nullptr || std::sscanf(close + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) {
+    return TaskState::Unknown;
+  }
   constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
-  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0 ? TaskState::Going : TaskState::Running;
+}
+
+// Whether /proc shows this process's pid namespace (it may be absent, or the host's).
+bool procIsOurs() {
+  static const bool ours = [] {
+    long pid = 0;
+    FILE* file = std::fopen("/proc/self/stat", "re");
+    if (file == nullptr) return false;
+    const bool read = std::fscanf(file, "%ld", &pid) == 1;
+    std::fclose(file);
+    return read && pid == ::getpid();
+  }();
+  return ours;
+}
+
+// Whether the process is gone or going: no such pid, or every one of its threads a zombie or
+// exiting. A zombie its parent has not reaped yet (a launcher that waits for its last child)
+// counts, and so does a rank killed a moment ago, whose closed sockets its peers may see
+// before it is a zombie. When in doubt it is alive: this fails live collectives when wrong.
+bool processGone(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  if (!procIsOurs()) return false;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  // The leader's state is the process's unless it left early (pthread_exit in main): then the
+  // other threads say whether the process lives.
+  if (taskState(dir + "/stat") != TaskState::Going) return false;
+  DIR* tasks = ::opendir((dir + "/task").c_str());
+  if (tasks == nullptr) return errno == ENOENT;
+  bool going = true;
+  while (const dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    if (taskState(dir + "/task/" + entry->d_name + "/stat") == TaskState::Running) {
+      going = false;
+      break;
+    }
+  }
+  ::closedir(tasks);
+  return going;
 }
 
 }  // namespace
 
-// Segments are unlinked once mapped, but a process killed before its peer mapped one (SIGKILL,
-// or SIGTERM while a setup waits) leaves the name.
 bool ShmSegment::creatorGone(const std::string& name) {
   const unsigned long long mine = pidNamespace();
   unsigned long long ns = 0;
@@ -106,6 +141,8 @@ bool ShmSegment::creatorGone(const std::string& name) {
   return mine != 0 && creatorOf(base, &ns, &pid) && ns == mine && pid > 0 && processGone(pid);
 }
 
+// Segments are unlinked once mapped, but a process killed before its peer mapped one (SIGKILL,
+// or SIGTERM while a setup waits) leaves the name.
 int ShmSegment::removeOrphans() {
   const unsigned long long mine = pidNamespace();
   if (mine == 0) return 0;  // unknown: another container's pids could look like ours
