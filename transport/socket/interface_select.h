@@ -28,8 +28,9 @@ struct NetworkInterface {
 // Interfaces that are up and have an IPv4 or global IPv6 address, in the kernel's order.
 Result<std::vector<NetworkInterface>> listInterfaces();
 
-// WEFT_SOCKET_IFNAME's first match; otherwise the first interface that is not loopback or a
-// container bridge, falling back to loopback.
+// WEFT_SOCKET_IFNAME's first match, loopback only when nothing else matches (an exclusion such
+// as ^docker allows lo too); otherwise the first interface that is not loopback or a container
+// bridge, falling back to loopback.
 Result<NetworkInterface> chooseInterface();
 
 // The address this rank listens on for peers: WEFT_SOCKET_IFNAME's choice when set, otherwise
