@@ -122,6 +122,12 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(topo::describeTopology(gpu).find("carry no traffic") == std::string::npos);
   CHECK(gpu.fabricNicCount() == 4);
   CHECK(laptop.fabricNicCount() == 1);
+  // RDMA NICs of one kind carry traffic down to a quarter of the fastest one's link.
+  auto speeds = load("server-rdma-speeds.xml");
+  REQUIRE(speeds.nics.size() == 3);
+  CHECK(speeds.nics[2].name == "mlx5_2");
+  CHECK(speeds.fabricNicCount() == 2);
+  CHECK(topo::describeTopology(speeds).find("NICs 2 and on carry no traffic") != std::string::npos);
 
   // Every device on a root port of its own: a NIC on the GPU's socket is nearer than one across.
   auto rootPorts = load("gpu4-root-ports.xml");
@@ -255,7 +261,8 @@ TEST_CASE("placement: a thread whose CPUs span two NUMA nodes is on neither", "[
 
 TEST_CASE("planner: rings, NICs, trees and transports on every fixture and layout", "[topology][planner]") {
   for (const char* name : {"laptop.xml", "server-2s.xml", "server-2s-cxl.xml", "gpu8-nic4.xml", "gpu8-nic4-mgmt.xml",
-                           "no-nic.xml", "server-nic-mgmt.xml", "gpu4-root-ports.xml", "gpu8-nic8.xml"}) {
+                           "no-nic.xml", "server-nic-mgmt.xml", "gpu4-root-ports.xml", "gpu8-nic8.xml",
+                           "server-rdma-speeds.xml"}) {
     const auto host = load(name);
     for (int hosts : {1, 2, 3, 4, 5, 8}) {
       for (int perHost : {1, 2, 4, 8}) {

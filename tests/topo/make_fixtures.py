@@ -13,6 +13,11 @@
   server-2s-cxl.xml server-2s.xml with a third NUMA node that has memory and no CPUs (CXL or HBM
                     memory, as `numactl -H` shows it) and an FPGA accelerator (PCI class 0x1200,
                     not a GPU) on the second package
+  server-nic-mgmt.xml  1 package; one 100G RoCE NIC and a 1 GbE management port at a lower bus id
+  server-rdma-speeds.xml  1 package; three InfiniBand NICs on x16 and x8 PCIe 4.0 links and on a
+                    x2 PCIe 3.0 link (too slow to carry traffic)
+  gpu4-root-ports.xml  2 packages; no PCIe switches: each GPU and each socket's NIC on a root port
+  gpu8-nic8.xml     gpu8-nic4.xml with two NICs under each switch: a NIC for every GPU
 
 Run it again after changing it; the files are checked in."""
 
@@ -187,6 +192,16 @@ def fabric_mgmt_io(w, p):
     w.close()
 
 
+def rdma_speeds_io(w, p):
+    """Three RDMA NICs of one kind: x16 and x8 PCIe 4.0 links, and one on a x2 PCIe 3.0 link (an
+    eighth of the first's bandwidth: too slow to carry a share of the traffic)."""
+    host_bridge(w, "0000:[10-3f]")
+    for k, (bus, speed) in enumerate([(0x11, "31.507692"), (0x21, "15.753846"), (0x31, "1.969231")]):
+        pci_device(w, f"0000:{bus:02x}:00.0", 0x0207, 0x15B3, 0x101B,
+                   [(f"mlx5_{k}", OPENFABRICS), (f"ib{k}", NETWORK)], link_speed=speed)
+    w.close()
+
+
 def root_port_io(w, p):
     """No PCIe switches: each GPU and the socket's NIC on a root port (host bridge) of its own."""
     base = 0x10 + p * 0x80
@@ -233,6 +248,7 @@ def main():
         "gpu8-nic4-mgmt.xml": machine("gpunode", 2, 24, 2, gpu_mgmt_io, l3_mib=48),
         "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
         "server-nic-mgmt.xml": machine("server", 1, 16, 1, fabric_mgmt_io, l3_mib=32),
+        "server-rdma-speeds.xml": machine("server", 1, 16, 1, rdma_speeds_io, l3_mib=32),
         "gpu4-root-ports.xml": machine("gpunode", 2, 8, 1, root_port_io, l3_mib=16),
         "gpu8-nic8.xml": machine("gpunode", 2, 24, 2, gpu_nic_pairs_io, l3_mib=48),
         "server-2s-cxl.xml": machine("server", 2, 16, 1, server_fpga_io, l3_mib=32, cpuless_nodes=1),
