@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -391,9 +392,13 @@ TEST_CASE("shm: a rank waiting on a slow peer sleeps while a finished peer's soc
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
+enum class Creator { Exits, Lingers, LingersWithoutMainThread };
+
 // Forks a process that creates a segment and leaves it named; the process exits at once, as
-// if killed (`lingers` false: no destructor runs), or sleeps until it is killed.
-std::pair<std::string, pid_t> segmentLeftBy(bool lingers) {
+// if killed (Exits: no destructor runs), or sleeps until it is killed (its main thread too, or
+// one other thread after main has called pthread_exit).
+std::pair<std::string, pid_t> segmentLeftBy(Creator creator) {
+  const bool lingers = creator != Creator::Exits;
   auto* page = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (page == MAP_FAILED) return {"", -1};
   page[0] = 0;
@@ -402,6 +407,14 @@ std::pair<std::string, pid_t> segmentLeftBy(bool lingers) {
     auto made = transport::ShmSegment::create("orphan-test", 4096);
     if (made.isOk()) std::snprintf(page + 1, 4000, "%s", made.value().name().c_str());
     __atomic_store_n(page, 1, __ATOMIC_RELEASE);
+    if (creator == Creator::LingersWithoutMainThread) {
+      std::thread([] {
+        for (;;) pause();
+      }).detach();
+      // As pthread_exit in main, without unwinding through the test framework: the thread-group
+      // leader becomes a zombie and the process lives on.
+      syscall(SYS_exit, 0);
+    }
     while (lingers) pause();
     _exit(0);
   }
@@ -416,8 +429,8 @@ TEST_CASE("shm: a segment left by a process that died is removed by the next job
   // A rank killed after creating its ring and before the peer mapped it leaves the name. Two
   // stand-ins: one that is gone (its segment must go), one still alive (its must stay). The
   // live one first: a stand-in's own first segment sweeps too.
-  auto [live, livePid] = segmentLeftBy(true);
-  auto [dead, deadPid] = segmentLeftBy(false);
+  auto [live, livePid] = segmentLeftBy(Creator::Lingers);
+  auto [dead, deadPid] = segmentLeftBy(Creator::Exits);
   REQUIRE(!dead.empty());
   REQUIRE(!live.empty());
   REQUIRE(std::filesystem::exists("/dev/shm" + dead));
@@ -445,4 +458,31 @@ TEST_CASE("shm: a segment left by a process that died is removed by the next job
   waitpid(livePid, nullptr, 0);
   shm_unlink(live.c_str());
   (void)deadPid;
+}
+
+TEST_CASE("shm: a creator whose main thread has exited while another runs is not gone", "[shm][faults]") {
+  // Its leader shows as a zombie in /proc, which alone once read as gone and failed the live
+  // peer's collectives. After SIGKILL it is gone.
+  auto [name, pid] = segmentLeftBy(Creator::LingersWithoutMainThread);
+  REQUIRE(!name.empty());
+  char state = 0;
+  for (int i = 0; i < 1000 && state != 'Z'; ++i) {  // wait for the leader to be a zombie
+    FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
+    if (stat != nullptr) {
+      (void)std::fscanf(stat, "%*d %*s %c", &state);
+      std::fclose(stat);
+    }
+    if (state != 'Z') usleep(1000);
+  }
+  CHECK(state == 'Z');
+  CHECK_FALSE(transport::ShmSegment::creatorGone(name));
+  kill(pid, SIGKILL);
+  bool gone = false;
+  for (int i = 0; i < 1000 && !gone; ++i) {  // a zombie, or exiting, until reaped below
+    gone = transport::ShmSegment::creatorGone(name);
+    if (!gone) usleep(1000);
+  }
+  CHECK(gone);
+  waitpid(pid, nullptr, 0);
+  shm_unlink(name.c_str());
 }
