@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/bootstrap_wire.h"
+#include "core/peer_mesh.h"
 #include "core/unique_id.h"
 #include "multiprocess.h"
 #include "transport/socket/socket_util.h"
@@ -96,6 +98,45 @@ TEST_CASE("peer mesh: a peer gone after init is reported at once, not after the 
   });
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+TEST_CASE("peer mesh: a peer that hangs up after some of its streams is named at once, with the count",
+          "[bootstrap][multiprocess]") {
+  // Rank 0 (a forked stand-in) connects the first of its two streams to rank 1 and exits, as a
+  // rank that crashed while connecting would. Rank 1 must not wait for the second until its
+  // timeout and then say that rank 0 never connected.
+  auto listen = transport::SocketAddress::parse("127.0.0.1:0");
+  REQUIRE(listen.isOk());
+  transport::SocketAddress bound;
+  auto listenFd = transport::listenOn(listen.value(), &bound);
+  REQUIRE(listenFd.isOk());
+  const core::Secret secret = core::newSecret().value();
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto fd = transport::connectTo(bound, Deadline::afterMs(5000));
+    if (!fd.isOk()) _exit(1);
+    core::PeerHello hello{core::kPeerHelloMagic, core::kProtocolVersion, 0, {}, 0, 1, 2, 0};
+    std::memcpy(hello.secret, secret.data(), sizeof(hello.secret));
+    _exit(transport::sendAll(fd.value().get(), &hello, sizeof(hello), Deadline::afterMs(5000)).isOk() ? 0 : 2);
+  }
+  core::Rendezvous rendezvous;
+  rendezvous.listenFd = listenFd.take();
+  rendezvous.peers.resize(2);
+  rendezvous.peers[0].hostName = "stand-in";
+  rendezvous.peers[0].pid = static_cast<uint32_t>(child);
+  rendezvous.peers[1].listen = bound;
+  core::PeerMesh mesh(1, std::move(rendezvous), secret, 2, transport::ShmOptions{},
+                      {plan::Transport::Socket, plan::Transport::Self}, {}, nullptr);
+  auto connection = mesh.connection(0, Deadline::afterMs(8000));
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE_FALSE(connection.isOk());
+  INFO(connection.status().message());
+  CHECK(connection.status().code() == weftRemoteError);
+  CHECK(contains(connection.status().message().c_str(), "hung up after connecting 1 of its 2 streams"));
 }
 
 TEST_CASE("peer mesh: a rank out of file descriptors says so, not that its peer never came", "[bootstrap][multiprocess]") {

@@ -146,14 +146,37 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
         return adopt(peer, std::move(streams), deadline);
       }
     }
-    Status s = acceptAndSort(deadline);
+    // Streams of the peer that came while others are still to come: it went if one hangs up.
+    std::vector<int> partial;
+    if (it != arrived_.end()) {
+      for (const auto& fd : it->second) {
+        if (fd.valid()) partial.push_back(fd.get());
+      }
+    }
+    const int want = streamsByRank_[static_cast<size_t>(peer)];
+    if (anyHungUp(partial)) {
+      return Status(weftRemoteError, formatString("%s hung up after connecting %zu of its %d streams: it failed or "
+                                                  "exited while connecting",
+                                                  describe(peer).c_str(), partial.size(), want));
+    }
+    Status s = acceptAndSort(deadline, partial);
     if (s.code() == weftTimeout) {
       // Where this rank could not accept, that is the likelier cause: say so.
-      return Status(weftTimeout, describe(peer) + " never connected before the timeout" +
+      const std::string what = partial.empty() ? " never connected before the timeout"
+                                               : formatString(" connected %zu of its %d streams, and no more before "
+                                                              "the timeout", partial.size(), want);
+      return Status(weftTimeout, describe(peer) + what +
                                      (acceptError_.empty() ? "" : "; this rank could not accept: " + acceptError_));
     }
     WEFT_TRY(s);
   }
+}
+
+bool PeerMesh::anyHungUp(const std::vector<int>& fds) {
+  std::vector<pollfd> polled;
+  for (int fd : fds) polled.push_back({fd, POLLRDHUP, 0});
+  if (polled.empty() || ::poll(polled.data(), polled.size(), 0) <= 0) return false;
+  return std::ranges::any_of(polled, [](const pollfd& p) { return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; });
 }
 
 Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& deadline) {
@@ -176,9 +199,10 @@ Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& 
   return Status::ok();
 }
 
-Status PeerMesh::acceptAndSort(const Deadline& deadline) {
+Status PeerMesh::acceptAndSort(const Deadline& deadline, const std::vector<int>& watch) {
   std::vector<pollfd> fds{{listenFd_.get(), POLLIN, 0}};
   for (const auto& fd : railListenFds_) fds.push_back({fd.get(), POLLIN, 0});
+  for (int fd : watch) fds.push_back({fd, POLLRDHUP, 0});
   Deadline wake = deadline;
   for (const PendingHello& p : pending_) {
     fds.push_back({p.fd.get(), POLLIN, 0});

@@ -54,8 +54,10 @@ class PeerMesh final : public coll::ConnectionProvider {
                                             bool* onRail);
   Status acceptFrom(int peer, const Deadline& deadline);
   // Waits for new connections and for hellos on those accepted, and files each connection whose
-  // hello is complete under the peer it proves to be; returns once something has changed.
-  Status acceptAndSort(const Deadline& deadline);
+  // hello is complete under the peer it proves to be; returns once something has changed, or
+  // one of `watch` (streams already filed) hangs up.
+  Status acceptAndSort(const Deadline& deadline, const std::vector<int>& watch);
+  static bool anyHungUp(const std::vector<int>& fds);  // whether one of them has hung up
   void acceptReady();  // every connection the listeners hold now
   void readHellos();   // what has arrived of each pending hello
   struct PendingHello;
