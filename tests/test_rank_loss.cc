@@ -31,6 +31,19 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// An all-reduce whose peer, rank 1, is gone: it must fail with weftRemoteError naming rank 1
+// and `cause`, soon rather than at the timeout. Then the communicator is aborted.
+int expectPeerLost(RankContext& ctx, weftComm_t comm, float* data, size_t count, const char* cause) {
+  const auto start = std::chrono::steady_clock::now();
+  weftResult_t rc = weftAllReduce(data, data, count, weftFloat32, weftSum, comm, nullptr);
+  const char* why = weftGetLastError(comm);
+  RANK_CHECK(ctx, rc == weftRemoteError, "all-reduce gave %s: %s", weftGetErrorString(rc), why);
+  RANK_CHECK(ctx, contains(why, "rank 1") && contains(why, cause), "the error: %s", why);
+  RANK_CHECK(ctx, secondsSince(start) < 10, "the all-reduce took %.1f s to fail", secondsSince(start));
+  weftCommAbort(comm);
+  return 0;
+}
+
 // What a rank does in the rendezvous up to its hello, then its death: the root has its hello
 // with the job's secret, and a socket that hangs up.
 int joinAndDie(RankContext& ctx) {
@@ -86,15 +99,8 @@ TEST_CASE("peer mesh: a peer gone after init is reported at once, not after the 
     if (comm == nullptr) return 1;
     if (ctx.rank == 1) _exit(0);  // gone without a word, as a crash would go; rank 0 connects to it
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const auto start = std::chrono::steady_clock::now();
     float x = 1;
-    weftResult_t rc = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
-    const char* why = weftGetLastError(comm);
-    RANK_CHECK(ctx, rc == weftRemoteError, "all-reduce gave %s: %s", weftGetErrorString(rc), why);
-    RANK_CHECK(ctx, contains(why, "rank 1") && contains(why, "refused"), "the error: %s", why);
-    RANK_CHECK(ctx, secondsSince(start) < 10, "the all-reduce took %.1f s to fail", secondsSince(start));
-    weftCommAbort(comm);
-    return 0;
+    return expectPeerLost(ctx, comm, &x, 1, "refused");
   });
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
@@ -190,14 +196,7 @@ TEST_CASE("shm: a rank gone while a child it forked holds its sockets is reporte
           _exit(0);  // gone without a word, the worker holding its sockets
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        const auto start = std::chrono::steady_clock::now();
-        weftResult_t rc = weftAllReduce(v.data(), v.data(), count, weftFloat32, weftSum, comm, nullptr);
-        const char* why = weftGetLastError(comm);
-        RANK_CHECK(ctx, rc == weftRemoteError, "all-reduce gave %s: %s", weftGetErrorString(rc), why);
-        RANK_CHECK(ctx, contains(why, "rank 1") && contains(why, "exited"), "the error: %s", why);
-        RANK_CHECK(ctx, secondsSince(start) < 10, "the all-reduce took %.1f s to fail", secondsSince(start));
-        weftCommAbort(comm);
-        return 0;
+        return expectPeerLost(ctx, comm, v.data(), count, "exited");
       });
       INFO(describeFailures(outcomes));
       for (const auto& o : outcomes) CHECK(o.exitCode == 0);
