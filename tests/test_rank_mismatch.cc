@@ -227,3 +227,31 @@ TEST_CASE("ranks that disagree: a rank that comes after the rendezvous failed is
   }));
   for (int rank = 0; rank < 3; ++rank) unlink((flag + "-" + std::to_string(rank)).c_str());
 }
+
+TEST_CASE("ranks that disagree: a later rank in the process of ranks told the failure is told it too",
+          "[mismatch][bootstrap]") {
+  // Ranks 0 and 1 share a process (threads, as group init makes them); rank 1 miscounts, which
+  // fails the rendezvous. Rank 2, a later thread of the same process, is no retry of theirs: it
+  // must hear the failure, not be sent to connect again to a root that is no more.
+  weftUniqueId id;
+  REQUIRE(weftGetUniqueId(&id) == weftSuccess);
+  auto init = [&id](int rank, int nranks, weftResult_t* rc, std::string* why) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeoutMs = 8000;
+    weftComm_t comm = nullptr;
+    *rc = weftCommInitRankConfig(&comm, nranks, id, rank, &config);
+    *why = weftGetLastError(nullptr);
+  };
+  weftResult_t rc[3];
+  std::string why[3];
+  std::thread first(init, 0, 3, &rc[0], &why[0]);
+  std::thread second(init, 1, 4, &rc[1], &why[1]);
+  first.join();
+  second.join();
+  std::thread(init, 2, 3, &rc[2], &why[2]).join();
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank << ": " << weftGetErrorString(rc[rank]) << ": " << why[rank]);
+    CHECK(rc[rank] == weftInvalidUsage);
+    CHECK(contains(why[rank].c_str(), "says there are"));
+  }
+}

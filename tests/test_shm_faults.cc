@@ -464,6 +464,14 @@ TEST_CASE("shm: a creator whose main thread has exited while another runs is not
   // Its leader shows as a zombie in /proc, which alone once read as gone and failed the live
   // peer's collectives. After SIGKILL it is gone.
   auto [name, pid] = segmentLeftBy(Creator::LingersWithoutMainThread);
+  struct Reaper {  // the child goes whatever fails below (it holds the test's output open)
+    pid_t pid;
+    ~Reaper() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
   REQUIRE(!name.empty());
   char state = 0;
   for (int i = 0; i < 1000 && state != 'Z'; ++i) {  // wait for the leader to be a zombie
@@ -483,6 +491,5 @@ TEST_CASE("shm: a creator whose main thread has exited while another runs is not
     if (!gone) usleep(1000);
   }
   CHECK(gone);
-  waitpid(pid, nullptr, 0);
   shm_unlink(name.c_str());
 }

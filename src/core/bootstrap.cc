@@ -69,8 +69,9 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   const std::string where = "bootstrap root " + id.root.toString();
   UniqueFd root;
   RootReply reply{};
-  do {
-    if (reply.result == kReplyTryAgain) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bool toldToTryAgain = false;  // by a failed root making way for a retry (bootstrap_root.cc)
+  for (;;) {
+    if (toldToTryAgain) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     auto connected = transport::connectTo(id.root, deadline, abortFlag);
     if (!connected.isOk()) return connected.status().withContext("rank " + std::to_string(rank) + " cannot reach the " + where);
     root = connected.take();
@@ -82,12 +83,15 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
                                               rank, timeoutMs, nranks - 1, where.c_str()));
     }
     if (got.code() == weftRemoteError && abortFlag != nullptr && abortFlag->load()) return got;  // aborted, not lost
+    if (got.code() == weftRemoteError && toldToTryAgain) continue;  // the old root closing: the new one comes
     if (got.code() == weftRemoteError) {
       return Status(weftRemoteError, "the " + where + " closed the connection before answering (" + got.message() +
                                          "): its process exited, or the id is stale or belongs to another job");
     }
     WEFT_TRY(got);
-  } while (reply.magic == kReplyMagic && reply.result == kReplyTryAgain);  // a failed root making way for a retry
+    if (reply.magic != kReplyMagic || reply.result != kReplyTryAgain) break;
+    toldToTryAgain = true;
+  }
   WEFT_TRY(checkRootReply(reply, nranks, where));
   std::vector<PeerRecord> records(static_cast<size_t>(nranks));
   WEFT_TRY(transport::recvAll(root.get(), records.data(), records.size() * sizeof(PeerRecord), deadline, abortFlag)

@@ -2,6 +2,7 @@
 // answers every rank with the full table (or with an error naming what went wrong).
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,8 +44,14 @@ class RootServer;
 class LingeringRoots {
  public:
   static LingeringRoots& instance() {
-    static LingeringRoots* roots = new LingeringRoots;  // never destroyed: root threads outlive main
-    return *roots;
+    static std::once_flag once;
+    std::call_once(once, [] {
+      current_ = new LingeringRoots;  // never destroyed: root threads outlive main
+      // A forked child has none of the roots' threads, and must not wake its parent's roots
+      // through the pipes it inherited (nor wait on a lock a parent thread held).
+      (void)::pthread_atfork(nullptr, nullptr, [] { current_ = new LingeringRoots; });
+    });
+    return *current_;
   }
   void add(RootServer* root) {
     std::lock_guard lock(mu_);
@@ -62,6 +69,7 @@ class LingeringRoots {
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<RootServer*> roots_;
+  static inline LingeringRoots* current_ = nullptr;
 };
 
 class RootServer {
@@ -83,15 +91,8 @@ class RootServer {
       replyAll();
       return;
     }
-    // The rendezvous failed. A rank that comes later hears the same failure for as long as the
-    // root would have lived, rather than find the port closed and retry until its timeout; until
-    // the job retries with this id: a new root in this process wants the port (LingeringRoots),
-    // or a process that heard the failure comes again (readHello).
-    int wake[2];
-    if (deadline_.expired() || ::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
-    wakeRead_.reset(wake[0]);
-    wakeWrite_.reset(wake[1]);
-    LingeringRoots::instance().add(this);
+    // The rendezvous failed; fail() registered the root as lingering where it has time left.
+    if (!wakeRead_.valid()) return;
     while (!deadline_.expired() && pollOnce()) {
     }
     listenFd_.reset();
@@ -181,9 +182,12 @@ class RootServer {
     }
     if (failure_) {
       if (std::ranges::find(told_, processOf(p.hello)) != told_.end()) {
-        // A process that heard the failure came again: the job retries with this id. Make way
-        // for its new root, and have the rank connect again, to that one.
+        // A rank that heard the failure came again: the job retries with this id. Make way for
+        // its new root (no new connection may land here any more), and have the rank connect
+        // again, to that one.
+        listenFd_.reset();
         RootReply again{kReplyMagic, kReplyTryAgain, nranks_, 0, {}};
+        std::snprintf(again.message, sizeof(again.message), "the rendezvous on this id failed before: connect again");
         (void)transport::sendAll(p.fd.get(), &again, sizeof(again), Deadline::afterMs(1000));
         retiring_ = true;
       } else {
@@ -298,6 +302,7 @@ class RootServer {
   void fail(weftResult_t code, const std::string& message) {
     if (failure_) return;
     WEFT_WARN("%s", message.c_str());
+    lingerFromNowOn();
     failure_ = RootReply{kReplyMagic, code, nranks_, 0, {}};
     std::snprintf(failure_->message, sizeof(failure_->message), "%s", message.c_str());
     for (auto& p : pending_) {
@@ -305,13 +310,31 @@ class RootServer {
     }
     for (int r = static_cast<int>(joined_.size()) - 1; r >= 0; --r) {  // highest rank first, as in replyAll
       const PeerRecord& rec = records_[static_cast<size_t>(r)];
-      tell(joined_[static_cast<size_t>(r)], Process{rec.hostHash, rec.pid});
+      tell(joined_[static_cast<size_t>(r)], Process{rec.hostHash, rec.pid, r});
     }
     joined_.clear();
   }
 
-  using Process = std::pair<uint64_t, uint32_t>;  // host hash, pid
-  static Process processOf(const RankHello& h) { return {h.hostHash, h.pid}; }
+  // A rank that comes later hears the same failure for as long as the root would have lived,
+  // rather than find the port closed and retry until its timeout; until the job retries with
+  // this id: a new root in this process wants the port (LingeringRoots), or a rank that heard
+  // the failure comes again (readHello). Registered before any rank is told, so that a retry
+  // at once in this process finds the root to retire.
+  void lingerFromNowOn() {
+    int wake[2];
+    if (deadline_.expired() || ::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    wakeRead_.reset(wake[0]);
+    wakeWrite_.reset(wake[1]);
+    LingeringRoots::instance().add(this);
+  }
+
+  struct Process {  // a rank of a process, which may hold several (group init, init-all)
+    uint64_t hostHash;
+    uint32_t pid;
+    int32_t rank;
+    bool operator==(const Process&) const = default;
+  };
+  static Process processOf(const RankHello& h) { return {h.hostHash, h.pid, h.rank}; }
 
   void tell(UniqueFd& fd, const RankHello& hello) { tell(fd, processOf(hello)); }
   void tell(UniqueFd& fd, Process process) {
@@ -333,7 +356,7 @@ class RootServer {
   std::vector<PeerRecord> records_;
   std::string idFile_;
   std::optional<RootReply> failure_;  // set once the rendezvous has failed
-  std::vector<Process> told_;         // the processes that heard it
+  std::vector<Process> told_;         // the ranks that heard it
   bool retiring_ = false;             // one of them came again: stop lingering
 };
 

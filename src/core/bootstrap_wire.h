@@ -17,7 +17,7 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 5;
+constexpr uint16_t kProtocolVersion = 6;
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
 
@@ -74,8 +74,9 @@ struct RootReply {
   char message[256];
 };
 
-// From a root whose rendezvous failed to a process that had been told so and came again: the job
+// From a root whose rendezvous failed to a rank that had been told so and came again: the job
 // is retrying with the same id, and the root makes way (the rank connects again, to the new one).
+// New in protocol version 6.
 constexpr int32_t kReplyTryAgain = -1;
 
 // First bytes on every rank-to-rank stream.

@@ -11,7 +11,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = bytes((i * 7 + 1) & 0xFF for i in range(32))
-PROTOCOL = 5  # kProtocolVersion
+PROTOCOL = 6  # kProtocolVersion
 
 
 def fnv1a64(data):

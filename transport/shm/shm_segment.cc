@@ -72,12 +72,13 @@ bool creatorOf(const std::string& name, unsigned long long* ns, long* pid) {
   return std::sscanf(creator.c_str(), "%llx.%ld%c", ns, pid, &tail) == 2;
 }
 
-enum class TaskState { Running, Going, Unknown };
+enum class TaskState { Running, Going, Gone, Unknown };
 
-// One task's state from its /proc stat file: Going when a zombie or exiting (PF_EXITING).
+// One task's state from its /proc stat file: Going when a zombie or exiting (PF_EXITING), Gone
+// when it has no file any more, Unknown when the file cannot be read.
 TaskState taskState(const std::string& statPath) {
   FILE* file = std::fopen(statPath.c_str(), "re");
-  if (file == nullptr) return TaskState::Unknown;
+  if (file == nullptr) return errno == ENOENT || errno == ESRCH ? TaskState::Gone : TaskState::Unknown;
   char line[512] = {};
   const size_t got = std::fread(line, 1, sizeof(line) - 1, file);
   std::fclose(file);
@@ -122,7 +123,8 @@ bool processGone(long pid) {
   bool going = true;
   while (const dirent* entry = ::readdir(tasks)) {
     if (entry->d_name[0] == '.') continue;
-    if (taskState(dir + "/task/" + entry->d_name + "/stat") == TaskState::Running) {
+    const TaskState state = taskState(dir + "/task/" + entry->d_name + "/stat");
+    if (state == TaskState::Running || state == TaskState::Unknown) {
       going = false;
       break;
     }
