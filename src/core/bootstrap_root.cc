@@ -247,17 +247,14 @@ class RootServer {
   // A rank that went after its hello (its socket hung up: it exited, or was killed) would leave
   // the others to find out one connection at a time: the rendezvous fails for all instead.
   bool joinedStillThere() {
-    std::vector<pollfd> fds;
-    for (const UniqueFd& fd : joined_) fds.push_back({fd.get(), POLLRDHUP, 0});
-    if (::poll(fds.data(), fds.size(), 0) <= 0) return true;
-    for (size_t r = 0; r < fds.size(); ++r) {
-      if ((fds[r].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
-      fail(weftRemoteError, formatString("bootstrap: %s hung up after joining, before every rank had: it gave up "
-                                         "(aborted, timed out) or exited",
-                                         describeRank(static_cast<int>(r)).c_str()));
-      return false;
-    }
-    return true;
+    std::vector<int> fds;
+    for (const UniqueFd& fd : joined_) fds.push_back(fd.get());
+    const int r = transport::firstHungUp(fds);
+    if (r < 0) return true;
+    fail(weftRemoteError, formatString("bootstrap: %s hung up after joining, before every rank had: it gave up "
+                                       "(aborted, timed out) or exited",
+                                       describeRank(r).c_str()));
+    return false;
   }
 
   std::string describeRank(int rank) const {

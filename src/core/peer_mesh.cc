@@ -154,7 +154,7 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
       }
     }
     const int want = streamsByRank_[static_cast<size_t>(peer)];
-    if (anyHungUp(partial)) {
+    if (transport::firstHungUp(partial) >= 0) {
       return Status(weftRemoteError, formatString("%s hung up after connecting %zu of its %d streams: it failed or "
                                                   "exited while connecting",
                                                   describe(peer).c_str(), partial.size(), want));
@@ -170,13 +170,6 @@ Status PeerMesh::acceptFrom(int peer, const Deadline& deadline) {
     }
     WEFT_TRY(s);
   }
-}
-
-bool PeerMesh::anyHungUp(const std::vector<int>& fds) {
-  std::vector<pollfd> polled;
-  for (int fd : fds) polled.push_back({fd, POLLRDHUP, 0});
-  if (polled.empty() || ::poll(polled.data(), polled.size(), 0) <= 0) return false;
-  return std::ranges::any_of(polled, [](const pollfd& p) { return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; });
 }
 
 Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& deadline) {

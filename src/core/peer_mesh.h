@@ -57,7 +57,6 @@ class PeerMesh final : public coll::ConnectionProvider {
   // hello is complete under the peer it proves to be; returns once something has changed, or
   // one of `watch` (streams already filed) hangs up.
   Status acceptAndSort(const Deadline& deadline, const std::vector<int>& watch);
-  static bool anyHungUp(const std::vector<int>& fds);  // whether one of them has hung up
   void acceptReady();  // every connection the listeners hold now
   void readHellos();   // what has arrived of each pending hello
   struct PendingHello;

@@ -451,8 +451,8 @@ void ShmConnection::addPollFds(std::vector<pollfd>* fds) const {
 }
 
 Status ShmConnection::checkPeerAlive() {
-  pollfd fd{p_.control.get(), POLLRDHUP, 0};
-  if (::poll(&fd, 1, 0) > 0 && (fd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return peerGone();
+  const int control = p_.control.get();
+  if (firstHungUp({&control, 1}) >= 0) return peerGone();
   if (peerProcessGone()) return peerGone();
   return Status::ok();
 }

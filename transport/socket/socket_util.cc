@@ -280,6 +280,16 @@ Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadlin
   }
 }
 
+int firstHungUp(std::span<const int> fds) {
+  std::vector<pollfd> polled;
+  for (int fd : fds) polled.push_back({fd, POLLRDHUP, 0});
+  if (polled.empty() || ::poll(polled.data(), polled.size(), 0) <= 0) return -1;
+  for (size_t i = 0; i < polled.size(); ++i) {
+    if ((polled[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 Result<UniqueFd> acceptNow(int listenFd, SocketAddress* peerAddress) {
   for (;;) {
     sockaddr_storage storage{};

@@ -78,6 +78,10 @@ Result<UniqueFd> connectTo(const SocketAddress& address, const Deadline& deadlin
                            const std::atomic<bool>* abortFlag = nullptr, const SocketAddress* source = nullptr,
                            OnRefused onRefused = OnRefused::Retry);
 
+// The index of the first of `fds` whose peer has hung up (closed or shut down its end, or the
+// connection failed), without waiting; -1 when none has. Invalid fds (-1) are passed over.
+int firstHungUp(std::span<const int> fds);
+
 // Accepts a connection the (non-blocking) listener holds now, without waiting: an invalid fd
 // when none is queued, weftSystemError when accept fails (out of descriptors, say).
 Result<UniqueFd> acceptNow(int listenFd, SocketAddress* peerAddress = nullptr);
