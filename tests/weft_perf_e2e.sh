@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end: weft-perf under each launcher, data checked, JSON parsed, usage errors.
-#   weft_perf_e2e.sh BIN_DIR weftrun|collectives|mpirun|json|measure|usage
+#   weft_perf_e2e.sh BIN_DIR weftrun|collectives|hostmem|mpirun|json|measure|usage
 #   weft_perf_e2e.sh BIN_DIR checker SHIM.so
 # Exit 77 (ctest: skipped) when the launcher is not installed.
 set -euo pipefail
@@ -33,6 +33,15 @@ case $mode in
         check_table "$work/out"
         grep -q "^# weft-perf $coll:" "$work/out" || { echo "no '$coll' banner"; cat "$work/out"; exit 1; }
       done
+    done
+    ;;
+  hostmem)  # -H: buffers from weftHostMemAlloc; large all-reduces read the peers' buffers directly
+    for n in 2 3; do
+      WEFT_DEBUG=INFO "$bin/weftrun" -n "$n" --timeout 120 "$bin/weft-perf" -H -b 1M -e 8M -f 8 -n 2 -w 1 -c 1 \
+        -d float -o all > "$work/out" 2> "$work/log" || { cat "$work/out" "$work/log"; exit 1; }
+      check_table "$work/out"
+      direct=$(grep -c "read the peers' buffers directly" "$work/log" || true)
+      [[ $direct == "$n" ]] || { echo "want the direct path on all $n ranks, got $direct:"; cat "$work/log"; exit 1; }
     done
     ;;
   mpirun)

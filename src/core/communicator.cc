@@ -353,13 +353,17 @@ Status Communicator::runGroup(std::span<const CollectiveCall> calls) {
   // call would otherwise meet what the peers posted for this one, tags alike, and succeed on
   // the wrong data.
   size_t onArena = 0;
-  for (const CollectiveCall& call : calls) onArena += suitsArena(call) ? 1 : 0;
+  for (const CollectiveCall& call : calls) onArena += suitsDirect(call) || suitsArena(call) ? 1 : 0;
   if (onArena > 0 && !arena_) WEFT_TRY(fail(setUpArena(Deadline::afterMs(config_.timeoutMs))));
   if (onArena == 0 || !arena_) return fail(runScheduled(calls, Deadline::afterMs(config_.timeoutMs)));
-  if (calls.size() == 1) return fail(runOnArena(calls[0]));  // the latency path: no copies
+  if (calls.size() == 1 && !suitsDirect(calls[0])) return fail(runOnArena(calls[0]));  // the latency path: no copies
   std::vector<CollectiveCall> rest;
   for (const CollectiveCall& call : calls) {
-    if (suitsArena(call)) {
+    if (suitsDirect(call)) {
+      Result<bool> done = runDirect(call);
+      if (!done.isOk()) return fail(done.status());
+      if (!done.value()) rest.push_back(call);  // some rank's buffers are not shared: alike everywhere
+    } else if (suitsArena(call)) {
       WEFT_TRY(fail(runOnArena(call)));
     } else {
       rest.push_back(call);

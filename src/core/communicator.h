@@ -14,6 +14,7 @@
 #include "core/collective_call.h"
 #include "core/peer_mesh.h"
 #include "core/unique_id.h"
+#include "transport/shm/shared_host_memory.h"
 #include "transport/shm/shm_arena.h"
 
 namespace weft::core {
@@ -86,6 +87,11 @@ class Communicator {
   // stays empty and the tuner stops choosing it (so this does not run again).
   Status setUpArena(const Deadline& deadline);
   Status runOnArena(const CollectiveCall& call);
+  // Large all-reduces on one host try the direct path (coll/direct_allreduce.h) through the
+  // arena: it runs where every rank's buffers are from weftHostMemAlloc. Decided alike on every
+  // rank, as suitsArena is; runDirect returns false, having written nothing, where it cannot run.
+  bool suitsDirect(const CollectiveCall& call) const;
+  Result<bool> runDirect(const CollectiveCall& call);
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
   // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
   // and the model prices every algorithm to find it.
@@ -106,6 +112,8 @@ class Communicator {
   bool forwardEverywhere_ = false;     // every connection's receives can pass on through any other's sends
   std::optional<transport::ShmArena> arena_;
   uint32_t arenaSeq_ = 0;  // arena calls so far
+  transport::PeerAllocations peerAllocations_;  // the peers' weftHostMemAlloc buffers, as mapped here
+  bool directReported_ = false;                // whether the direct path was logged yet
   coll::RankOrder order_;               // the planner's first ring and its trees, which algorithms follow
   bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with

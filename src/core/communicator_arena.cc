@@ -10,6 +10,7 @@
 #include "coll/arena_allgather.h"
 #include "coll/arena_allreduce.h"
 #include "coll/arena_broadcast.h"
+#include "coll/direct_allreduce.h"
 #include "util/log.h"
 
 namespace weft::core {
@@ -117,6 +118,33 @@ Status Communicator::runOnArena(const CollectiveCall& call) {
     a.divideInputs = true;
   }
   return coll::arenaAllReduce(*arena_, ++arenaSeq_, a, context);
+}
+
+bool Communicator::suitsDirect(const CollectiveCall& call) const {
+  // From the call and from what every rank knows (the tuning settings are the same everywhere).
+  constexpr auto kAllReduce = static_cast<size_t>(coll::Collective::AllReduce);
+  return call.collective == coll::Collective::AllReduce && callBytes(call) >= coll::kDirectMinBytes &&
+         layout_.arenaBytes > 0 && !call.preMulSum && !dividesInputs(call) && !tuning_.forced[kAllReduce];
+}
+
+Result<bool> Communicator::runDirect(const CollectiveCall& call) {
+  coll::ExecutionContext context{size(), "all-reduce", Deadline::never(), config_.timeoutMs, abortFlag_, &mesh_,
+                                 spin_.arena};
+  const bool streaming = callBytes(call) >= tuning_.pipeline.streamingMinBytes;
+  const coll::DirectAllReduce direct{call.send, call.recv, call.count, call.type, call.op, messageTag(call), streaming};
+  std::string whyNot;
+  WEFT_ASSIGN_OR_RETURN(const bool done,
+                        coll::directAllReduce(*arena_, &arenaSeq_, peerAllocations_, direct, context, &whyNot));
+  if (!directReported_) {
+    directReported_ = true;
+    if (done) {
+      WEFT_INFO("all-reduces of %zu bytes or more on weftHostMemAlloc buffers read the peers' buffers directly",
+                coll::kDirectMinBytes);
+    } else {
+      WEFT_INFO("an all-reduce of %zu bytes took the copying path: %s", callBytes(call), whyNot.c_str());
+    }
+  }
+  return done;
 }
 
 }  // namespace weft::core

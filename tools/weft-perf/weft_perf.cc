@@ -37,7 +37,14 @@ class WeftError : public std::runtime_error {
 };
 
 struct FreeDeleter {
-  void operator()(unsigned char* p) const { std::free(p); }
+  bool shared = false;  // from weftHostMemAlloc
+  void operator()(unsigned char* p) const {
+    if (shared) {
+      (void)weftHostMemFree(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
 using Buffer = std::unique_ptr<unsigned char[], FreeDeleter>;
 
@@ -46,12 +53,18 @@ struct DeviceDeleter {
 };
 using DeviceBuffer = std::unique_ptr<unsigned char[], DeviceDeleter>;
 
-Buffer allocateBuffer(size_t bytes) {
+// Page-aligned host memory; with `shared`, from weftHostMemAlloc (-H).
+Buffer allocateBuffer(size_t bytes, bool shared) {
   constexpr size_t kAlign = 4096;
   const size_t rounded = (bytes / kAlign + 1) * kAlign;  // never zero
-  void* p = std::aligned_alloc(kAlign, rounded);
+  void* p = nullptr;
+  if (shared) {
+    if (weftHostMemAlloc(&p, rounded) != weftSuccess) throw std::bad_alloc();
+  } else {
+    p = std::aligned_alloc(kAlign, rounded);
+  }
   if (p == nullptr) throw std::bad_alloc();
-  return Buffer(static_cast<unsigned char*>(p));
+  return Buffer(static_cast<unsigned char*>(p), FreeDeleter{shared});
 }
 
 class Benchmark {
@@ -171,8 +184,8 @@ int Benchmark::run() {
     return kExitUsage;
   }
   const size_t maxBytes = options_.sweep.maxBytes;
-  send_ = allocateBuffer(maxBytes);
-  recv_ = allocateBuffer(maxBytes + kGuardBytes);
+  send_ = allocateBuffer(maxBytes, options_.hostMemAlloc);
+  recv_ = allocateBuffer(maxBytes + kGuardBytes, options_.hostMemAlloc);
   if (options_.gpu) {
     deviceSend_.reset(static_cast<unsigned char*>(gpu::allocate(maxBytes)));
     deviceRecv_.reset(static_cast<unsigned char*>(gpu::allocate(maxBytes + kGuardBytes)));

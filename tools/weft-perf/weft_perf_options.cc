@@ -33,6 +33,9 @@ void printUsage() {
       "  -G, --gpu               buffers in GPU memory (the launcher's local rank picks the\n"
       "                          GPU, modulo those visible), calls on a GPU stream; time\n"
       "                          includes the stream's completion\n"
+      "  -H, --host-mem-alloc    host buffers from weftHostMemAlloc (as nccl-tests' -R with\n"
+      "                          ncclMemAlloc): large all-reduces on one host then read the\n"
+      "                          peers' buffers directly\n"
       "  -J, --json FILE         also write the rows to FILE as a JSON array\n"
       "  -h, --help              print this help\n"
       "\n"
@@ -80,12 +83,13 @@ bool pick(const std::string& arg, const std::vector<T>& all, Find find, std::vec
 }  // namespace
 
 int parseArgs(int argc, char** argv, Options* options) {
-  static const std::string kShortOptions = weftperf::shortOptions("o:d:r:Gh");
+  static const std::string kShortOptions = weftperf::shortOptions("o:d:r:GHh");
   static const std::vector<option> kLongOptions = weftperf::longOptions({
       {"op", required_argument, nullptr, 'o'},
       {"datatype", required_argument, nullptr, 'd'},
       {"root", required_argument, nullptr, 'r'},
       {"gpu", no_argument, nullptr, 'G'},
+      {"host-mem-alloc", no_argument, nullptr, 'H'},
       {"help", no_argument, nullptr, 'h'},
   });
   const int status = weftperf::readOptions(
@@ -111,6 +115,9 @@ int parseArgs(int argc, char** argv, Options* options) {
           }
           case 'G':
             options->gpu = true;
+            break;
+          case 'H':
+            options->hostMemAlloc = true;
             break;
         }
         return -1;

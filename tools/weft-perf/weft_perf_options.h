@@ -18,6 +18,7 @@ struct Options : CommonOptions {
   std::vector<const RedOp*> ops;
   int root = 0;
   bool gpu = false;  // buffers in device memory, calls on a GPU stream
+  bool hostMemAlloc = false;  // host buffers from weftHostMemAlloc
 };
 
 // Returns kExitOk after --help, kExitUsage for a bad command line, or -1 to go on.

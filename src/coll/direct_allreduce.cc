@@ -1,0 +1,155 @@
+#include "coll/direct_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "coll/arena_wait.h"
+#include "kernels/cpu/copy_streaming.h"
+#include "kernels/cpu/reduce.h"
+
+namespace weft::coll {
+
+namespace {
+
+// What each rank publishes in the first round: where its buffers lie (id 0: not
+// shared).
+struct Placement {
+  transport::SharedRange send;
+  transport::SharedRange recv;
+};
+
+// Rank r's block: elements [blockStart(r), blockStart(r + 1)).
+size_t blockStart(size_t count, int n, int r) {
+  const auto rr = static_cast<size_t>(r);
+  const size_t nn = static_cast<size_t>(n);
+  return rr * (count / nn) + std::min(rr, count % nn);
+}
+
+// Sums run a chunk at a time, so that with 3+ ranks the partial sum stays in
+// cache between inputs.
+constexpr size_t kChunkBytes = 128 * 1024;
+
+void copy(char* dst, const char* src, size_t bytes, bool streaming) {
+  if (streaming) {
+    kernels::copyStreaming(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+Status publishAndAwait(transport::ShmArena& arena, uint32_t s, uint32_t bytes, uint64_t tag,
+                       const ExecutionContext& context, std::optional<Deadline>* deadline) {
+  arena.publish(s, bytes, tag);
+  for (int k = 1; k < arena.size(); ++k) {
+    const int peer = (arena.rank() + k) % arena.size();
+    WEFT_TRY(awaitPublished(arena, peer, s, context, deadline));
+    WEFT_TRY(checkSameCall(arena, peer, s, bytes, tag, context));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transport::PeerAllocations& peers,
+                             const DirectAllReduce& call, const ExecutionContext& context, std::string* whyNot) {
+  const int n = arena.size();
+  const int me = arena.rank();
+  const size_t element = kernels::dataTypeSize(call.type);
+  const size_t bytes = call.count * element;
+  std::optional<Deadline> deadline;
+
+  // Round 1: where every rank's buffers lie.
+  Placement mine;
+  const auto send = transport::findSharedHostMemory(call.send, bytes);
+  const auto recv = transport::findSharedHostMemory(call.recv, bytes);
+  if (send && recv) mine = Placement{*send, *recv};
+  uint32_t s = ++*seq;
+  std::memcpy(arena.ownData(s, sizeof(Placement)), &mine, sizeof(Placement));
+  WEFT_TRY(publishAndAwait(arena, s, sizeof(Placement), call.tag, context, &deadline));
+  std::vector<Placement> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    std::memcpy(&all[static_cast<size_t>(r)], arena.peerData(r, s, sizeof(Placement)), sizeof(Placement));
+    if (all[static_cast<size_t>(r)].send.id == 0) {
+      *whyNot = formatString("rank %d's buffers are not all from weftHostMemAlloc", r);
+      return false;
+    }
+  }
+
+  // Round 2: whether every rank mapped every peer's buffers.
+  std::vector<const char*> sends(static_cast<size_t>(n));
+  std::vector<const char*> recvs(static_cast<size_t>(n));
+  sends[static_cast<size_t>(me)] = static_cast<const char*>(call.send);
+  uint8_t mapped = 1;
+  for (int r = 0; r < n && mapped; ++r) {
+    if (r == me) continue;
+    const Placement& p = all[static_cast<size_t>(r)];
+    auto sendAt = peers.map(p.send, bytes);
+    auto recvAt = sendAt.isOk() ? peers.map(p.recv, bytes) : Result<const char*>(sendAt.status());
+    if (!recvAt.isOk()) {
+      mapped = 0;
+      *whyNot = formatString("rank %d cannot map rank %d's buffers: %s", me, r, recvAt.status().message().c_str());
+    } else {
+      sends[static_cast<size_t>(r)] = sendAt.value();
+      recvs[static_cast<size_t>(r)] = recvAt.value();
+    }
+  }
+  s = ++*seq;
+  *static_cast<uint8_t*>(arena.ownData(s, 1)) = mapped;
+  WEFT_TRY(publishAndAwait(arena, s, 1, call.tag, context, &deadline));
+  for (int r = 0; r < n; ++r) {
+    if (*static_cast<const uint8_t*>(arena.peerData(r, s, 1)) == 0) {
+      if (r != me) *whyNot = formatString("rank %d could not map its peers' buffers", r);
+      return false;
+    }
+  }
+
+  // This rank's block: every rank's input summed in rank order (so every block
+  // is the same wherever it is read), a chunk at a time into a chunk of scratch
+  // that stays in cache. Out of place, each chunk then goes to the output, with
+  // streaming stores where the call is too large for the caches (a plain store
+  // would read each output line first: see kernels/cpu/copy_streaming.h); in
+  // place, the output's lines are in cache already, and the last reduction
+  // writes it (after it has read this rank's input).
+  const weftRedOp_t op = call.op == weftAvg ? weftSum : call.op;
+  auto* out = static_cast<char*>(call.recv);
+  const bool inPlace = call.recv == call.send;
+  const size_t first = blockStart(call.count, n, me);
+  const size_t last = blockStart(call.count, n, me + 1);
+  const size_t chunk = std::max<size_t>(1, kChunkBytes / element);
+  // Made once per thread: at kChunkBytes, malloc would map and unmap it on
+  // every call.
+  thread_local const std::unique_ptr<char[]> partial(new char[kChunkBytes]);
+  for (size_t at = first; at < last; at += chunk) {
+    const size_t c = std::min(chunk, last - at);
+    const size_t offset = at * element;
+    auto input = [&](int r) { return sends[static_cast<size_t>(r)] + offset; };
+    char* sum = inPlace && n == 2 ? out + offset : partial.get();
+    kernels::reduce(sum, input(0), input(1), c, call.type, op);
+    for (int r = 2; r < n; ++r) {
+      if (inPlace && r == n - 1) sum = out + offset;
+      kernels::reduce(sum, partial.get(), input(r), c, call.type, op);
+    }
+    if (call.op == weftAvg) kernels::divide(sum, sum, c, call.type, static_cast<uint64_t>(n));
+    if (!inPlace) copy(out + offset, sum, c * element, call.streaming);
+  }
+
+  // Round 3: every block is summed; copy the others'. Round 4: every rank has
+  // read them, so none returns (and lets its caller reuse its buffers) while a
+  // peer still reads.
+  s = ++*seq;
+  WEFT_TRY(publishAndAwait(arena, s, 0, call.tag, context, &deadline));
+  for (int k = 1; k < n; ++k) {
+    const int r = (me + k) % n;
+    const size_t offset = blockStart(call.count, n, r) * element;
+    const size_t length = blockStart(call.count, n, r + 1) * element - offset;
+    copy(out + offset, recvs[static_cast<size_t>(r)] + offset, length, call.streaming);
+  }
+  s = ++*seq;
+  WEFT_TRY(publishAndAwait(arena, s, 0, call.tag, context, &deadline));
+  return true;
+}
+
+}  // namespace weft::coll

@@ -1,0 +1,50 @@
+// An all-reduce among the ranks of one host whose buffers all lie in shared
+// host memory (weftHostMemAlloc, transport/shm/shared_host_memory.h): each rank
+// maps its peers' buffers and reads their inputs where they lie. Rank r sums
+// block r of every rank's input, in rank order, into block r of its own output;
+// then it copies every other block out of the rank that summed it. Each byte of
+// input is read once and each byte of output written once, where a path through
+// shared-memory segments also copies every input in and every sum out.
+//
+// Four rounds on the arena (transport/shm/shm_arena.h) order it: every rank
+// publishes where its buffers lie, then whether it could map every peer's, then
+// that its block is summed, then that it has read every peer's block. If any
+// rank's buffers are not shared, or any rank cannot map a peer's, every rank
+// sees it after the first or second round and nothing has been written: the
+// call then takes the usual path, alike everywhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "coll/executor.h"
+#include "transport/shm/shared_host_memory.h"
+#include "transport/shm/shm_arena.h"
+
+namespace weft::coll {
+
+// The smallest all-reduce that tries the direct path. On the 2-core development
+// VM (2 ranks) it was about even with the ring from 8 MiB up and ahead at 4 MiB
+// out of place, behind below 2 MiB where the ring's data stays in cache
+// (bench/results/2026-11-28-direct-allreduce.md).
+constexpr size_t kDirectMinBytes = 4 * 1024 * 1024;
+
+struct DirectAllReduce {
+  const void* send;
+  void* recv;
+  size_t count;
+  weftDataType_t type;
+  weftRedOp_t op;  // Sum, Prod, Max, Min or Avg (whose inputs need no dividing first)
+  uint64_t tag;    // equal on every rank of one call (see transport.h's MessageTag)
+  bool streaming;  // write the output around the caches (it is larger than they
+                   // hold)
+};
+
+// Runs the call directly and returns true; or returns false, having written
+// nothing, when some rank's buffers are not shared or cannot be mapped (*whyNot
+// says which). Uses four arena calls
+// (*seq counts them) or, returning false, one or two, alike on every rank.
+Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transport::PeerAllocations& peers,
+                             const DirectAllReduce& call, const ExecutionContext& context, std::string* whyNot);
+
+}  // namespace weft::coll

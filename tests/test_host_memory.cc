@@ -1,0 +1,189 @@
+// weftHostMemAlloc buffers: large all-reduces among the ranks of one host read
+// each other's buffers directly (coll/direct_allreduce.h). Ranks are real
+// processes; the path taken is read from each rank's WEFT_DEBUG=INFO log.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll/direct_allreduce.h"
+#include "multiprocess.h"
+#include "transport/shm/shared_host_memory.h"
+
+using namespace weft::test;
+
+namespace {
+
+constexpr const char* kDirect = "read the peers' buffers directly";
+constexpr const char* kCopying = "took the copying path";
+
+// The parent never logs (its log level would be fixed before the ranks set
+// theirs), so it sets WEFT_DEBUG for the ranks it forks and clears it after.
+struct InfoLog {
+  InfoLog() { setenv("WEFT_DEBUG", "INFO", 1); }
+  ~InfoLog() { unsetenv("WEFT_DEBUG"); }
+};
+
+// Distinct per rank and element, none the sum of others (which once hid an
+// in-place bug).
+float inputOf(int rank, size_t i) { return static_cast<float>((rank * rank + 1) * static_cast<int>(i % 11 + rank)); }
+
+// Runs float all-reduces (sum, max, avg) of `count` elements at `offset` bytes
+// into weftHostMemAlloc'd buffers (or malloc'd ones on ranks where `shared`
+// says not), out of place and in place, checking every element.
+int allReduceChecked(RankContext& ctx, size_t count, size_t offset, bool shared) {
+  weftComm_t comm = rankComm(ctx);
+  if (comm == nullptr) return 1;
+  const size_t bytes = offset + count * sizeof(float);
+  void* sendBase = nullptr;
+  void* recvBase = nullptr;
+  if (shared) {
+    RANK_WEFT(ctx, weftHostMemAlloc(&sendBase, bytes));
+    RANK_WEFT(ctx, weftHostMemAlloc(&recvBase, bytes));
+  } else {
+    sendBase = std::malloc(bytes);
+    recvBase = std::malloc(bytes);
+  }
+  if (sendBase == nullptr || recvBase == nullptr) return 1;
+  auto* send = reinterpret_cast<float*>(static_cast<char*>(sendBase) + offset);
+  auto* recv = reinterpret_cast<float*>(static_cast<char*>(recvBase) + offset);
+  const int n = ctx.nranks;
+  for (weftRedOp_t op : {weftSum, weftMax, weftAvg}) {
+    for (bool inPlace : {false, true}) {
+      for (size_t i = 0; i < count; ++i) send[i] = inputOf(ctx.rank, i);
+      float* out = inPlace ? send : recv;
+      RANK_WEFT(ctx, weftAllReduce(send, out, count, weftFloat32, op, comm, nullptr));
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int r = 0; r < n; ++r) want = op == weftMax ? std::max(want, inputOf(r, i)) : want + inputOf(r, i);
+        if (op == weftAvg) want /= static_cast<float>(n);
+        wrong += out[i] != want ? 1 : 0;
+      }
+      RANK_CHECK(ctx, wrong == 0, "op %d, in place %d: %zu of %zu elements wrong", static_cast<int>(op), inPlace, wrong,
+                 count);
+    }
+  }
+  RANK_WEFT(ctx, weftCommDestroy(comm));
+  if (shared) {
+    RANK_WEFT(ctx, weftHostMemFree(sendBase));
+    RANK_WEFT(ctx, weftHostMemFree(recvBase));
+  } else {
+    std::free(sendBase);
+    std::free(recvBase);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("weftHostMemAlloc and weftHostMemFree refuse bad arguments with a reason", "[host-memory]") {
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    void* p = nullptr;
+    RANK_CHECK(ctx, weftHostMemAlloc(nullptr, 64) == weftInvalidArgument, "NULL ptr accepted");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "ptr is NULL"), "%s", weftGetLastError(nullptr));
+    RANK_CHECK(ctx, weftHostMemAlloc(&p, 0) == weftInvalidArgument, "size 0 accepted");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "size is 0"), "%s", weftGetLastError(nullptr));
+    RANK_CHECK(ctx, weftHostMemAlloc(&p, SIZE_MAX / 2) == weftSystemError, "an impossible size accepted");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "more than this host's memory"), "%s",
+               weftGetLastError(nullptr));
+    RANK_WEFT(ctx, weftHostMemAlloc(&p, 100));
+    RANK_CHECK(ctx, reinterpret_cast<uintptr_t>(p) % 4096 == 0, "%p is not page-aligned", p);
+    std::memset(p, 7, 100);
+    int local = 0;
+    RANK_CHECK(ctx, weftHostMemFree(&local) == weftInvalidArgument, "a stack address freed");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "not the start of a live allocation"), "%s",
+               weftGetLastError(nullptr));
+    RANK_CHECK(ctx, weftHostMemFree(static_cast<char*>(p) + 8) == weftInvalidArgument, "an inner pointer freed");
+    RANK_WEFT(ctx, weftHostMemFree(p));
+    RANK_CHECK(ctx, weftHostMemFree(p) == weftInvalidArgument, "a double free accepted");
+    RANK_WEFT(ctx, weftHostMemFree(nullptr));
+    return 0;
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST_CASE("a peer's allocation maps only as its owner described it", "[host-memory]") {
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    void* p = nullptr;
+    RANK_WEFT(ctx, weftHostMemAlloc(&p, 8192));
+    std::memset(p, 0x5a, 8192);
+    auto range = weft::transport::findSharedHostMemory(static_cast<char*>(p) + 4096, 4096);
+    RANK_CHECK(ctx, range.has_value() && range->offset == 4096, "the range was not found");
+    RANK_CHECK(ctx, !weft::transport::findSharedHostMemory(static_cast<char*>(p) + 4096, 4097), "a range past the end");
+    if (!range) return 1;
+    weft::transport::PeerAllocations peers;
+    auto at = peers.map(*range, 4096);  // this process stands in for the peer
+    RANK_CHECK(ctx, at.isOk() && at.value()[0] == 0x5a && at.value()[4095] == 0x5a, "%s",
+               at.status().message().c_str());
+    auto beyond = peers.map(*range, 4097);
+    RANK_CHECK(ctx, !beyond.isOk() && contains(beyond.status().message().c_str(), "outside its allocation"), "%s",
+               beyond.status().message().c_str());
+    auto other = *range;
+    other.id += 1000;  // not cached: it is opened, and its file is not the one named
+    other.inode += 1;
+    auto wrong = peers.map(other, 16);
+    RANK_CHECK(ctx, !wrong.isOk() && contains(wrong.status().message().c_str(), "not the allocation its owner named"),
+               "%s", wrong.status().message().c_str());
+    other = *range;
+    other.id += 1000;
+    other.fd = 9999;
+    auto closed = peers.map(other, 16);
+    RANK_CHECK(ctx, !closed.isOk() && contains(closed.status().message().c_str(), "/fd/9999"), "%s",
+               closed.status().message().c_str());
+    RANK_WEFT(ctx, weftHostMemFree(p));
+    return 0;
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST_CASE("all-reduces on weftHostMemAlloc buffers read the peers' buffers directly", "[host-memory][multiprocess]") {
+  InfoLog info;
+  for (int nranks : {2, 3}) {
+    // At the threshold, and an odd count that splits unevenly, at an odd offset
+    // into the allocation.
+    constexpr size_t kAtThreshold = weft::coll::kDirectMinBytes / sizeof(float);
+    for (auto [count, offset] : {std::pair<size_t, size_t>{kAtThreshold, 0}, {kAtThreshold + 12347, 52}}) {
+      CAPTURE(nranks, count, offset);
+      auto outcomes =
+          runRanks(nranks, [count, offset](RankContext& ctx) { return allReduceChecked(ctx, count, offset, true); });
+      expectAllPassed(outcomes);
+      for (const RankOutcome& o : outcomes) {
+        CHECK(contains(o.output.c_str(), kDirect));
+        CHECK_FALSE(contains(o.output.c_str(), kCopying));
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "where one rank's buffers are not from weftHostMemAlloc, every rank "
+    "takes the copying path",
+    "[host-memory][multiprocess]") {
+  InfoLog info;
+  auto outcomes = runRanks(
+      3, [](RankContext& ctx) { return allReduceChecked(ctx, weft::coll::kDirectMinBytes / 4, 0, ctx.rank != 1); });
+  expectAllPassed(outcomes);
+  for (const RankOutcome& o : outcomes) {
+    CHECK(contains(o.output.c_str(),
+                   "took the copying path: rank 1's buffers "
+                   "are not all from weftHostMemAlloc"));
+    CHECK_FALSE(contains(o.output.c_str(), kDirect));
+  }
+}
+
+TEST_CASE("below the threshold, weftHostMemAlloc buffers take the usual path", "[host-memory][multiprocess]") {
+  InfoLog info;
+  auto outcomes =
+      runRanks(2, [](RankContext& ctx) { return allReduceChecked(ctx, weft::coll::kDirectMinBytes / 4 - 1, 0, true); });
+  expectAllPassed(outcomes);
+  for (const RankOutcome& o : outcomes) {
+    CHECK_FALSE(contains(o.output.c_str(), kDirect));
+    CHECK_FALSE(contains(o.output.c_str(), kCopying));
+  }
+}

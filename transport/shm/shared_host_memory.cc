@@ -1,0 +1,146 @@
+#include "transport/shm/shared_host_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <mutex>
+
+namespace weft::transport {
+
+namespace {
+
+struct Allocation {
+  size_t bytes;
+  int fd;
+  uint64_t id;
+  uint64_t device;
+  uint64_t inode;
+};
+
+// This process's allocations by start address.
+struct Registry {
+  std::mutex mutex;
+  std::map<uintptr_t, Allocation> byStart;
+  uint64_t lastId = 0;
+};
+
+Registry& registry() {
+  static auto* r = new Registry();  // never destroyed: frees may come from static destructors
+  return *r;
+}
+
+}  // namespace
+
+Result<void*> allocateSharedHostMemory(size_t bytes) {
+  if (bytes == 0) return Status(weftInvalidArgument, "a shared host allocation of 0 bytes");
+  // Pages come on first touch, as malloc's do (reserving them here would wake
+  // the OOM killer rather than fail), but a size no RAM and swap here could
+  // hold is refused.
+  struct sysinfo info {};
+  if (sysinfo(&info) == 0) {
+    const unsigned __int128 memory = static_cast<unsigned __int128>(info.totalram + info.totalswap) * info.mem_unit;
+    if (bytes > memory) {
+      return Status(weftSystemError, formatString("%zu bytes of shared host memory is more than this host's memory "
+                                                  "and swap (%llu bytes)",
+                                                  bytes, static_cast<unsigned long long>(memory)));
+    }
+  }
+  const int fd = memfd_create("weft-host-memory", MFD_CLOEXEC);
+  if (fd < 0) return Status(weftSystemError, "memfd_create: " + errnoString(errno));
+  auto failed = [fd, bytes](const char* what) {
+    const int err = errno;
+    close(fd);
+    return Status(weftSystemError,
+                  formatString("%s of %zu bytes of shared host memory: %s", what, bytes, errnoString(err).c_str()));
+  };
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return failed("ftruncate");
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return failed("fstat");
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return failed("mmap");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.byStart[reinterpret_cast<uintptr_t>(p)] =
+      Allocation{bytes, fd, ++r.lastId, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return p;
+}
+
+Status freeSharedHostMemory(void* ptr) {
+  Registry& r = registry();
+  Allocation a{};
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.byStart.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == r.byStart.end()) {
+      return Status(weftInvalidArgument,
+                    formatString("%p is not the start of a live allocation from weftHostMemAlloc", ptr));
+    }
+    a = it->second;
+    r.byStart.erase(it);
+  }
+  munmap(ptr, a.bytes);
+  close(a.fd);
+  return Status::ok();
+}
+
+std::optional<SharedRange> findSharedHostMemory(const void* ptr, size_t bytes) {
+  Registry& r = registry();
+  const auto at = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.byStart.upper_bound(at);
+  if (it == r.byStart.begin()) return std::nullopt;
+  --it;
+  const Allocation& a = it->second;
+  const uintptr_t offset = at - it->first;
+  if (offset > a.bytes || bytes > a.bytes - offset) return std::nullopt;
+  return SharedRange{a.id, a.device, a.inode, a.bytes, offset, static_cast<int32_t>(getpid()), a.fd};
+}
+
+PeerAllocations::~PeerAllocations() {
+  for (const Mapping& m : mappings_) munmap(const_cast<char*>(m.base), m.bytes);
+}
+
+Result<const char*> PeerAllocations::map(const SharedRange& range, size_t bytes) {
+  if (range.allocationBytes == 0 || range.offset > range.allocationBytes ||
+      bytes > range.allocationBytes - range.offset) {
+    return Status(weftInternalError, formatString("a peer's buffer of %zu bytes at offset %llu lies outside its "
+                                                  "allocation of %llu bytes",
+                                                  bytes, static_cast<unsigned long long>(range.offset),
+                                                  static_cast<unsigned long long>(range.allocationBytes)));
+  }
+  for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
+    if (it->pid == range.pid && it->id == range.id && it->inode == range.inode && it->bytes == range.allocationBytes) {
+      mappings_.splice(mappings_.begin(), mappings_,
+                       it);  // most recently used first
+      return it->base + range.offset;
+    }
+  }
+  const std::string path = formatString("/proc/%d/fd/%d", range.pid, range.fd);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status(weftSystemError, "opening " + path + ": " + errnoString(errno));
+  struct stat st {};
+  const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_dev) == range.device &&
+                    static_cast<uint64_t>(st.st_ino) == range.inode &&
+                    static_cast<uint64_t>(st.st_size) >= range.allocationBytes;
+  if (!same) {
+    close(fd);
+    return Status(weftSystemError, path + " is not the allocation its owner named (another pid namespace?)");
+  }
+  void* p = mmap(nullptr, range.allocationBytes, PROT_READ, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) return Status(weftSystemError, "mapping " + path + ": " + errnoString(err));
+  mappings_.push_front(Mapping{range.pid, range.id, range.inode, static_cast<const char*>(p), range.allocationBytes});
+  if (mappings_.size() > kMaxMappings) {
+    munmap(const_cast<char*>(mappings_.back().base), mappings_.back().bytes);
+    mappings_.pop_back();
+  }
+  return static_cast<const char*>(p) + range.offset;
+}
+
+}  // namespace weft::transport
