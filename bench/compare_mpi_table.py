@@ -255,7 +255,8 @@ def machine_lines():
 
 def write_record(args, sections):
     today = datetime.date.today().isoformat()
-    suffix = ("-quick" if args.quick else "") + ("-bound" if args.bound else "")
+    suffix = (("-quick" if args.quick else "") + ("-bound" if args.bound else "")
+              + ("-hostmem" if args.host_mem else ""))
     path = unused_record_path(args.record_dir, f"{today}-{args.collective}-vs-openmpi{suffix}")
     placement = "out-of-place" if args.placement == "oop" else "in-place"
     commands = [c for c in [args.compare_cmd] + (args.cmd or []) if c]
@@ -274,7 +275,10 @@ def write_record(args, sections):
         "ranks than cores the ranks share cores (oversubscribed)"
         f"{', and the probe measures under the same sharing' if bound_text else ''}."
         + (" Weft's ranks (and the probe's) run under `weftrun --bind-to core` where there are "
-           "at most 2 of them, as Open MPI binds its own by default." if args.bound else ""),
+           "at most 2 of them, as Open MPI binds its own by default." if args.bound else "")
+        + (" Weft's buffers come from weftHostMemAlloc (weft-perf -H): all-reduces of 4 MiB or "
+           "more read the peers' buffers directly (src/coll/direct_allreduce.cc); Open MPI's are "
+           "plain host memory." if args.host_mem else ""),
         "",
         "## Machine",
         "",
@@ -322,6 +326,8 @@ def main(argv=None):
     parser.add_argument("--placement", choices=("oop", "ip"), default="oop",
                         help="which timing to compare (default: out-of-place)")
     parser.add_argument("--record-dir", help="write YYYY-MM-DD-COLLECTIVE-vs-openmpi.md here")
+    parser.add_argument("--host-mem", action="store_true",
+                        help="Weft's buffers were from weftHostMemAlloc (recorded with a -hostmem suffix)")
     parser.add_argument("--bound", action="store_true",
                         help="Weft's ranks were bound to cores (recorded with a -bound suffix)")
     parser.add_argument("--quick", action="store_true",

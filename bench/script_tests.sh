@@ -96,10 +96,11 @@ case $mode in
     expect 1 'mpi \(2 ranks\) results empty.json hold no usable' "${table[@]}" --run 2 good.json empty.json probe.json
     ;;
   compare)
-    # --repeats, --bind and --collective are for --peer mpi: refused (2) before any run, where a
+    # --repeats, --bind, --host-mem and --collective are for --peer mpi: refused (2) before any run, where a
     # missing build would otherwise be the first error (1).
     for args in "--repeats 3" "--repeats 1" "--peer gloo --repeats 2" "--repeats 2 --quick" "--bind" \
-                "--collective broadcast" "--repeats 0 --peer mpi" "--peer nosuch" "--bogus"; do
+                "--collective broadcast" "--repeats 0 --peer mpi" "--peer nosuch" "--bogus" "--host-mem" \
+                "--peer mpi --collective allgather --host-mem"; do
       # shellcheck disable=SC2086
       expect 2 '^compare: ' env BUILD_DIR="$work/none" "$here/compare" $args
     done
