@@ -1,5 +1,5 @@
 // Shared memory under faults: a rank killed with SIGKILL in the middle of a large all-reduce,
-// or while its peers wait for it in the arena (small all-reduces, all-gathers), gives every survivor an error
+// or while its peers wait for it in the arena (small all-reduces, all-gathers, direct all-reduces), gives every survivor an error
 // within the timeout, and leaves no segment of the job in /dev/shm. Ranks are real processes on the shared-memory transport.
 #include <catch2/catch.hpp>
 
@@ -185,6 +185,35 @@ TEST_CASE("shm: kill -9 of a rank during large all-gathers on the arena: survivo
           rc = weftAllGather(send.data(), recv.data(), block, weftFloat32, comm, nullptr);
         }
         return KilledCall{rc, killedAround};
+      });
+}
+
+TEST_CASE("shm: kill -9 of a rank during direct all-reduces on weftHostMemAlloc buffers: survivors see it gone",
+          "[shm][faults]") {
+  // The direct path (coll/direct_allreduce.h) reads a dead peer's buffers through its own
+  // mapping (no SIGBUS), and waits for it in the arena, which sees its connection close.
+  constexpr int kTimeoutMs = 30000;
+  expectSurvivorsFail(
+      kTimeoutMs, kTimeoutMs / 1000.0 / 2, [](weftResult_t rc) { return rc == weftRemoteError; },
+      [](RankContext& ctx, weftComm_t comm) {
+        const size_t count = size_t{4} << 20;  // 16 MiB of floats
+        void* buffer = nullptr;
+        RANK_WEFT(ctx, weftHostMemAlloc(&buffer, count * sizeof(float)));
+        auto* v = static_cast<float*>(buffer);
+        std::fill(v, v + count, 1.0f);
+        RANK_WEFT(ctx, weftAllReduce(v, v, count, weftFloat32, weftSum, comm, nullptr));
+        if (ctx.rank == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            raise(SIGKILL);
+          }).detach();
+        }
+        auto killedAround = Clock::now() + std::chrono::milliseconds(5);
+        weftResult_t rc = weftSuccess;
+        for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
+          rc = weftAllReduce(v, v, count, weftFloat32, weftSum, comm, nullptr);
+        }
+        return KilledCall{rc, killedAround};  // the buffer goes with the process
       });
 }
 

@@ -293,11 +293,13 @@ WEFT_API weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t* op, void* scalar, we
 WEFT_API weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
 
 /* Host memory that the ranks of one host can read from each other directly (Weft's host
- * counterpart of ncclMemAlloc; size > 0, *ptr page-aligned). An all-reduce of 256 KiB or more
- * on a communicator whose ranks are all on one host and talk through shared memory, whose send
- * and receive buffers lie within such allocations on every rank, reads the peers' inputs where
- * they lie instead of copying them through shared-memory segments. Other calls take such
- * buffers as any other host memory. Peers map an allocation through /proc/<pid>/fd, which needs
+ * counterpart of ncclMemAlloc; size > 0, *ptr page-aligned; pages come on first touch, as
+ * malloc's do). An all-reduce of 4 MiB or more on a communicator whose ranks are all on one
+ * host and talk through shared memory, whose send and receive buffers lie within such
+ * allocations on every rank, reads the peers' inputs where they lie instead of copying them
+ * through shared-memory segments (unless WEFT_ALGO forces an all-reduce algorithm, or the
+ * operator is a PreMulSum or an average of half, bfloat16 or fp8 values, which are staged).
+ * Other calls take such buffers as any other host memory. Peers map an allocation through /proc/<pid>/fd, which needs
  * the access process_vm_readv needs (the same user, ptrace read permission); where it is
  * refused, the call takes the copying path. weftHostMemFree takes the pointer weftHostMemAlloc
  * returned; a peer that mapped the memory keeps its pages until that peer's communicator goes. */
