@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <set>
@@ -82,6 +83,45 @@ TEST_CASE("ddp: gradients averaged across ranks, buckets started before finish",
       INFO(describeFailures(outcomes));
       for (const auto& o : outcomes) CHECK(o.exitCode == 0);
     }
+  }
+}
+
+TEST_CASE("ddp: large buckets on one host are averaged reading the peers' buckets directly", "[ddp][multiprocess]") {
+  // Buckets come from weftHostMemAlloc, so a bucket of 4 MiB or more takes the direct path
+  // (coll/direct_allreduce.h); each rank's log says so. The parent never logs itself, so the
+  // ranks' WEFT_DEBUG takes effect.
+  setenv("WEFT_DEBUG", "INFO", 1);
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx);
+    if (comm == nullptr) return 1;
+    const std::vector<size_t> sizes = {size_t{3} << 20, 12345};  // one bucket of about 12 MiB
+    std::vector<std::vector<float>> weights, grads;
+    std::vector<Parameter> params;
+    for (size_t count : sizes) {
+      weights.emplace_back(count, 0.0f);
+      grads.emplace_back(count, 0.0f);
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) params.push_back({weights[i].data(), grads[i].data(), sizes[i], weftFloat32});
+    Reducer reducer(comm, params);
+    RANK_CHECK(ctx, reducer.bucketCount() == 1, "%zu buckets", reducer.bucketCount());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (size_t j = 0; j < sizes[i]; ++j) grads[i][j] = static_cast<float>(ctx.rank * 4 + j % 7);
+    }
+    for (size_t k = params.size(); k-- > 0;) RANK_WEFT(ctx, reducer.markReady(k));
+    RANK_WEFT(ctx, reducer.finish());
+    size_t wrong = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (size_t j = 0; j < sizes[i]; ++j) wrong += grads[i][j] != 2.0f + static_cast<float>(j % 7);
+    }
+    RANK_CHECK(ctx, wrong == 0, "%zu wrong averaged gradients", wrong);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  unsetenv("WEFT_DEBUG");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) {
+    CHECK(o.exitCode == 0);
+    CHECK(o.output.find("read the peers' buffers directly") != std::string::npos);
   }
 }
 

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,10 +74,16 @@ class Reducer {
   size_t bucketsStartedEarly() const { return startedEarly_; }
 
  private:
+  struct FlatDeleter {
+    bool shared;  // weftHostMemFree, else free; value-initialized (an initializer here breaks Bucket{} in GCC)
+    void operator()(unsigned char* p) const;
+  };
   struct Bucket {
     std::vector<size_t> params;   // indices, in bucket order
     std::vector<size_t> offsets;  // element offset of each in the flat buffer
-    std::vector<unsigned char> flat;
+    // From weftHostMemAlloc, so that ranks on one host all-reduce large buckets reading each
+    // other's directly; from malloc where that memory cannot be had.
+    std::unique_ptr<unsigned char[], FlatDeleter> flat;
     weftDataType_t type;
     size_t count = 0;
     size_t pending = 0;  // gradients not yet ready this step

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -44,14 +45,24 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
   }
   for (Bucket& b : buckets_) {
     const size_t bytes = b.count * dataTypeSize(b.type);
-    try {
-      b.flat.resize(bytes);
-    } catch (const std::exception&) {  // std::bad_alloc, or length_error past the vector's max_size()
+    void* memory = nullptr;
+    const bool shared = bytes > 0 && weftHostMemAlloc(&memory, bytes) == weftSuccess;
+    if (!shared) memory = std::malloc(std::max<size_t>(bytes, 1));
+    if (memory == nullptr) {
       throw std::runtime_error("weft ddp: cannot allocate a gradient bucket of " + std::to_string(bytes) + " bytes");
     }
+    b.flat = std::unique_ptr<unsigned char[], FlatDeleter>(static_cast<unsigned char*>(memory), FlatDeleter{shared});
     b.pending = b.params.size();
   }
   if (weftStreamCreate(&stream_) != weftSuccess) throw std::runtime_error(weftGetLastError(nullptr));
+}
+
+void Reducer::FlatDeleter::operator()(unsigned char* p) const {
+  if (shared) {
+    (void)weftHostMemFree(p);
+  } else {
+    std::free(p);
+  }
 }
 
 Reducer::~Reducer() {
@@ -84,7 +95,7 @@ weftResult_t Reducer::start(Bucket& b) {
   // out of the order every rank issues them in); finish() returns the failure instead of
   // gradients that were never averaged, even if markReady's error went unheeded.
   b.started = true;
-  weftResult_t rc = weftAllReduce(b.flat.data(), b.flat.data(), b.count, b.type, weftAvg, comm_, stream_);
+  weftResult_t rc = weftAllReduce(b.flat.get(), b.flat.get(), b.count, b.type, weftAvg, comm_, stream_);
   if (rc == weftSuccess) return rc;
   if (startError_ == weftSuccess) startError_ = rc;
   return failed(rc);
@@ -108,7 +119,7 @@ weftResult_t Reducer::markReady(size_t index, const void* grad) {
   ready_[index] = true;
   Bucket& b = buckets_[bucketOf_[index]];
   const size_t esize = dataTypeSize(p.type);
-  if (p.count > 0) std::memcpy(b.flat.data() + b.offsets[slotOf_[index]] * esize, from, p.count * esize);
+  if (p.count > 0) std::memcpy(b.flat.get() + b.offsets[slotOf_[index]] * esize, from, p.count * esize);
   --b.pending;
   // Buckets start in bucket order on every rank (else ranks would issue their all-reduces in
   // different orders): each complete bucket waits for the ones before it.
@@ -132,7 +143,7 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
       const size_t k = b.params[slot];
       if (!ready_[k]) {
         const size_t esize = dataTypeSize(params_[k].type);
-        unsigned char* at = b.flat.data() + b.offsets[slot] * esize;
+        unsigned char* at = b.flat.get() + b.offsets[slot] * esize;
         if (const void* held = outputOf(k)) std::memcpy(at, held, params_[k].count * esize);
         else std::memset(at, 0, params_[k].count * esize);  // no gradient at all: it contributes zero
       }
@@ -158,7 +169,7 @@ weftResult_t Reducer::finish(const std::vector<void*>& gradOut) {
       const size_t k = b.params[slot];
       void* out = outputOf(k);
       if (rc == weftSuccess && out != nullptr && used_[k]) {
-        std::memcpy(out, b.flat.data() + b.offsets[slot] * esize, params_[k].count * esize);
+        std::memcpy(out, b.flat.get() + b.offsets[slot] * esize, params_[k].count * esize);
       }
     }
     b.pending = b.params.size();
