@@ -83,7 +83,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
                                               rank, timeoutMs, nranks - 1, where.c_str()));
     }
     if (got.code() == weftRemoteError && abortFlag != nullptr && abortFlag->load()) return got;  // aborted, not lost
-    if (got.code() == weftRemoteError && toldToTryAgain) continue;  // the old root closing: the new one comes
+    if (got.code() == weftRemoteError && toldToTryAgain) continue;  // the old root going: the new one comes
     if (got.code() == weftRemoteError) {
       return Status(weftRemoteError, "the " + where + " closed the connection before answering (" + got.message() +
                                          "): its process exited, or the id is stale or belongs to another job");

@@ -38,9 +38,19 @@ struct PendingConnection {
 
 class RootServer;
 
+// A retired root's listener, with the connections it had accepted but not yet heard a hello on.
+// The new root on the same address takes it over: a rank that connected just before the handover
+// (its connection queued on the listener, or half read) goes on with the new root, rather than
+// being cut off by the old one's close.
+struct Listener {
+  UniqueFd fd;
+  std::string address;  // SocketAddress::toString() of where it is bound
+  std::vector<PendingConnection> pending;
+};
+
 // Roots whose rendezvous failed and that linger to tell latecomers why. A retry in this process
 // with the same id starts a new root on the same port: it retires the lingering one first, so it
-// does not find the port taken.
+// does not find the port taken, and takes over its listener.
 class LingeringRoots {
  public:
   static LingeringRoots& instance() {
@@ -57,26 +67,30 @@ class LingeringRoots {
     std::lock_guard lock(mu_);
     roots_.push_back(root);
   }
-  void remove(RootServer* root) {
+  // A root stops lingering; one that was retired leaves its listener for the new root.
+  void leave(RootServer* root, std::optional<Listener> listener) {
     std::lock_guard lock(mu_);
     std::erase(roots_, root);
+    if (listener) left_.push_back(std::move(*listener));
     changed_.notify_all();
   }
-  // Asks every lingering root on `port` to close its listener, and waits (a little) until it has.
-  void retire(int port);
+  // Retires every lingering root on `address`'s port and waits (a little) until they have left;
+  // returns the listener of the one bound to exactly `address`, if there was one.
+  std::optional<Listener> retire(const SocketAddress& address);
 
  private:
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<RootServer*> roots_;
+  std::vector<Listener> left_;  // by retired roots, until the retiring root takes them
   static inline LingeringRoots* current_ = nullptr;
 };
 
 class RootServer {
  public:
-  RootServer(UniqueFd listenFd, int port, const Secret& secret, int lifetimeMs, std::string idFile)
-      : listenFd_(std::move(listenFd)), port_(port), secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)),
-        idFile_(std::move(idFile)) {}
+  RootServer(Listener listener, int port, const Secret& secret, int lifetimeMs, std::string idFile)
+      : listenFd_(std::move(listener.fd)), address_(std::move(listener.address)), port_(port), secret_(secret),
+        deadline_(Deadline::afterMs(lifetimeMs)), pending_(std::move(listener.pending)), idFile_(std::move(idFile)) {}
 
   int port() const { return port_; }
   void retire() { (void)!::write(wakeWrite_.get(), "x", 1); }
@@ -95,8 +109,10 @@ class RootServer {
     if (!wakeRead_.valid()) return;
     while (!deadline_.expired() && pollOnce()) {
     }
+    std::optional<Listener> handed;
+    if (retired_) handed = Listener{std::move(listenFd_), address_, std::move(pending_)};
     listenFd_.reset();
-    LingeringRoots::instance().remove(this);
+    LingeringRoots::instance().leave(this, std::move(handed));
   }
 
  private:
@@ -121,7 +137,10 @@ class RootServer {
       fail(weftSystemError, "bootstrap root: poll failed: " + errnoString(errno));
       return false;
     }
-    if (fds[1].revents & POLLIN) return false;  // retired while lingering
+    if (fds[1].revents & POLLIN) {  // retired while lingering: a new root takes the listener
+      retired_ = true;
+      return false;
+    }
     if (fds[0].revents & POLLIN) acceptNew();
     return readHellos();
   }
@@ -155,14 +174,16 @@ class RootServer {
   bool readHellos() {
     for (size_t i = 0; i < pending_.size();) {
       Outcome outcome = readHello(pending_[i]);
-      if (outcome == Outcome::Failed) return false;
       if (outcome == Outcome::Waiting) {
         ++i;
-      } else {
-        pending_.erase(pending_.begin() + static_cast<long>(i));
+        continue;
       }
+      // The hello that failed the rendezvous has been answered like the rest: it must not stay
+      // pending, to be read again (or handed to the next root, as if just said).
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+      if (outcome == Outcome::Failed) return false;
     }
-    return !retiring_;
+    return true;
   }
 
   Outcome readHello(PendingConnection& p) {
@@ -182,14 +203,12 @@ class RootServer {
     }
     if (failure_) {
       if (std::ranges::find(told_, processOf(p.hello)) != told_.end()) {
-        // A rank that heard the failure came again: the job retries with this id. Make way for
-        // its new root (no new connection may land here any more), and have the rank connect
-        // again, to that one.
-        listenFd_.reset();
+        // A rank that heard the failure came again: the job retries with this id, and the
+        // process that hosts this root starts a new one on the same port, which takes over this
+        // listener. Until then the rank connects again and again: to that one at last.
         RootReply again{kReplyMagic, kReplyTryAgain, nranks_, 0, {}};
         std::snprintf(again.message, sizeof(again.message), "the rendezvous on this id failed before: connect again");
         (void)transport::sendAll(p.fd.get(), &again, sizeof(again), Deadline::afterMs(1000));
-        retiring_ = true;
       } else {
         tell(p.fd, p.hello);
       }
@@ -314,9 +333,8 @@ class RootServer {
 
   // A rank that comes later hears the same failure for as long as the root would have lived,
   // rather than find the port closed and retry until its timeout; until the job retries with
-  // this id: a new root in this process wants the port (LingeringRoots), or a rank that heard
-  // the failure comes again (readHello). Registered before any rank is told, so that a retry
-  // at once in this process finds the root to retire.
+  // this id and a new root in this process wants the port (LingeringRoots). Registered before
+  // any rank is told, so that a retry at once in this process finds the root to retire.
   void lingerFromNowOn() {
     int wake[2];
     if (deadline_.expired() || ::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
@@ -341,6 +359,7 @@ class RootServer {
   }
 
   UniqueFd listenFd_;
+  std::string address_;  // where listenFd_ is bound
   int port_;
   UniqueFd wakeRead_, wakeWrite_;  // while lingering: a byte here retires the root
   std::string acceptError_;  // why accept last failed; warned once
@@ -354,27 +373,44 @@ class RootServer {
   std::string idFile_;
   std::optional<RootReply> failure_;  // set once the rendezvous has failed
   std::vector<Process> told_;         // the ranks that heard it
-  bool retiring_ = false;             // one of them came again: stop lingering
+  bool retired_ = false;              // by a new root on the same port, which takes the listener
 };
 
-void LingeringRoots::retire(int port) {
+std::optional<Listener> LingeringRoots::retire(const SocketAddress& address) {
+  const int port = address.port();
   std::unique_lock lock(mu_);
   auto onPort = [&] { return std::ranges::any_of(roots_, [&](RootServer* r) { return r->port() == port; }); };
   for (RootServer* root : roots_) {
     if (root->port() == port) root->retire();
   }
   changed_.wait_for(lock, std::chrono::seconds(2), [&] { return !onPort(); });
+  std::optional<Listener> taken;
+  const std::string wanted = address.toString();
+  for (Listener& l : left_) {  // another address on the port closes here: the new root binds its own
+    if (!taken && l.address == wanted) taken = std::move(l);
+  }
+  left_.clear();
+  return taken;
 }
 
 }  // namespace
 
 Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret& secret, int lifetimeMs,
                           SocketAddress* bound, std::string idFile) {
-  if (bindAddress.port() != 0) LingeringRoots::instance().retire(bindAddress.port());
-  WEFT_ASSIGN_OR_RETURN(UniqueFd listenFd, transport::listenOn(bindAddress, bound));
-  WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
+  std::optional<Listener> listener;
+  if (bindAddress.port() != 0) listener = LingeringRoots::instance().retire(bindAddress);
+  if (listener) {
+    *bound = bindAddress;
+    WEFT_INFO("bootstrap root listening on %s (taken over from the failed rendezvous before)",
+              bound->toString().c_str());
+  } else {
+    listener.emplace();
+    WEFT_ASSIGN_OR_RETURN(listener->fd, transport::listenOn(bindAddress, bound));
+    listener->address = bound->toString();
+    WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
+  }
   try {
-    std::thread([server = std::make_shared<RootServer>(std::move(listenFd), bound->port(), secret, lifetimeMs,
+    std::thread([server = std::make_shared<RootServer>(std::move(*listener), bound->port(), secret, lifetimeMs,
                                                        std::move(idFile))] {
       server->serve();
     }).detach();

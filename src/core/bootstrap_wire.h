@@ -75,7 +75,7 @@ struct RootReply {
 };
 
 // From a root whose rendezvous failed to a rank that had been told so and came again: the job
-// is retrying with the same id, and the root makes way (the rank connects again, to the new one).
+// is retrying with the same id; the rank connects again until the new root has taken the port.
 // New in protocol version 6.
 constexpr int32_t kReplyTryAgain = -1;
 
