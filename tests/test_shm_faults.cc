@@ -120,6 +120,24 @@ KilledCall killDuringSmallAllReduce(RankContext& ctx, weftComm_t comm) {
   return KilledCall{weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr), killedBy};
 }
 
+// Rank 2 dies by SIGKILL `afterMs` from now, from another thread, while every rank repeats
+// `call` (which returns its status) until it fails; rank 2 first leaves a segment unmapped
+// where `leaveSegment` says so.
+KilledCall killDuringRepeats(RankContext& ctx, int afterMs, bool leaveSegment,
+                             const std::function<weftResult_t()>& call) {
+  if (ctx.rank == 2) {
+    if (leaveSegment) leaveUnmappedSegment(ctx);
+    std::thread([afterMs] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(afterMs));
+      raise(SIGKILL);
+    }).detach();
+  }
+  auto killedAround = Clock::now() + std::chrono::milliseconds(afterMs);
+  weftResult_t rc = weftSuccess;
+  for (int repeat = 0; repeat < 1000 && rc == weftSuccess; ++repeat) rc = call();
+  return KilledCall{rc, killedAround};
+}
+
 }  // namespace
 
 TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/shm is clean", "[shm][faults]") {
@@ -130,19 +148,9 @@ TEST_CASE("shm: kill -9 of a rank mid-collective: survivors fail in time, /dev/s
       [](RankContext& ctx, weftComm_t comm) {
         std::vector<float> v(16 << 20, 1.0f);  // 64 MiB: each call takes a while
         RANK_WEFT(ctx, weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr));
-        if (ctx.rank == 2) {
-          leaveUnmappedSegment(ctx);
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-            raise(SIGKILL);
-          }).detach();
-        }
-        auto killedAround = Clock::now() + std::chrono::milliseconds(30);
-        weftResult_t rc = weftSuccess;
-        for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
-          rc = weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr);
-        }
-        return KilledCall{rc, killedAround};
+        return killDuringRepeats(ctx, 30, true, [&] {
+          return weftAllReduce(v.data(), v.data(), v.size(), weftFloat32, weftSum, comm, nullptr);
+        });
       });
 }
 
@@ -173,18 +181,9 @@ TEST_CASE("shm: kill -9 of a rank during large all-gathers on the arena: survivo
         const size_t block = size_t{4} << 20;  // floats: 16 MiB per rank, 32 pieces of the arena's slot
         std::vector<float> send(block, 1.0f), recv(block * static_cast<size_t>(ctx.nranks));
         RANK_WEFT(ctx, weftAllGather(send.data(), recv.data(), block, weftFloat32, comm, nullptr));
-        if (ctx.rank == 2) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            raise(SIGKILL);
-          }).detach();
-        }
-        auto killedAround = Clock::now() + std::chrono::milliseconds(5);
-        weftResult_t rc = weftSuccess;
-        for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
-          rc = weftAllGather(send.data(), recv.data(), block, weftFloat32, comm, nullptr);
-        }
-        return KilledCall{rc, killedAround};
+        return killDuringRepeats(ctx, 5, false, [&] {
+          return weftAllGather(send.data(), recv.data(), block, weftFloat32, comm, nullptr);
+        });
       });
 }
 
@@ -202,18 +201,9 @@ TEST_CASE("shm: kill -9 of a rank during direct all-reduces on weftHostMemAlloc 
         auto* v = static_cast<float*>(buffer);
         std::fill(v, v + count, 1.0f);
         RANK_WEFT(ctx, weftAllReduce(v, v, count, weftFloat32, weftSum, comm, nullptr));
-        if (ctx.rank == 2) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            raise(SIGKILL);
-          }).detach();
-        }
-        auto killedAround = Clock::now() + std::chrono::milliseconds(5);
-        weftResult_t rc = weftSuccess;
-        for (int call = 0; call < 1000 && rc == weftSuccess; ++call) {
-          rc = weftAllReduce(v, v, count, weftFloat32, weftSum, comm, nullptr);
-        }
-        return KilledCall{rc, killedAround};  // the buffer goes with the process
+        return killDuringRepeats(ctx, 5, false, [&] {  // the buffer goes with the process
+          return weftAllReduce(v, v, count, weftFloat32, weftSum, comm, nullptr);
+        });
       });
 }
 
