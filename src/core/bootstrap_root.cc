@@ -45,6 +45,7 @@ class RootServer;
 struct Listener {
   UniqueFd fd;
   std::string address;  // SocketAddress::toString() of where it is bound
+  int port = 0;
   std::vector<PendingConnection> pending;
 };
 
@@ -67,11 +68,13 @@ class LingeringRoots {
     std::lock_guard lock(mu_);
     roots_.push_back(root);
   }
-  // A root stops lingering; one that was retired leaves its listener for the new root.
+  // A root stops lingering; one that was retired leaves its listener for the new root, if that
+  // still waits (else the listener closes here).
   void leave(RootServer* root, std::optional<Listener> listener) {
     std::lock_guard lock(mu_);
     std::erase(roots_, root);
-    if (listener) left_.push_back(std::move(*listener));
+    const bool awaited = listener && std::ranges::find(awaited_, listener->port) != awaited_.end();
+    if (awaited) left_.push_back(std::move(*listener));
     changed_.notify_all();
   }
   // Retires every lingering root on `address`'s port and waits (a little) until they have left;
@@ -82,15 +85,17 @@ class LingeringRoots {
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<RootServer*> roots_;
+  std::vector<int> awaited_;     // ports whose retired roots a new root waits for
   std::vector<Listener> left_;  // by retired roots, until the retiring root takes them
   static inline LingeringRoots* current_ = nullptr;
 };
 
 class RootServer {
  public:
-  RootServer(Listener listener, int port, const Secret& secret, int lifetimeMs, std::string idFile)
-      : listenFd_(std::move(listener.fd)), address_(std::move(listener.address)), port_(port), secret_(secret),
-        deadline_(Deadline::afterMs(lifetimeMs)), pending_(std::move(listener.pending)), idFile_(std::move(idFile)) {}
+  RootServer(Listener listener, const Secret& secret, int lifetimeMs, std::string idFile)
+      : listenFd_(std::move(listener.fd)), address_(std::move(listener.address)), port_(listener.port),
+        secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)), pending_(std::move(listener.pending)),
+        idFile_(std::move(idFile)) {}
 
   int port() const { return port_; }
   void retire() { (void)!::write(wakeWrite_.get(), "x", 1); }
@@ -110,7 +115,7 @@ class RootServer {
     while (!deadline_.expired() && pollOnce()) {
     }
     std::optional<Listener> handed;
-    if (retired_) handed = Listener{std::move(listenFd_), address_, std::move(pending_)};
+    if (retired_) handed = Listener{std::move(listenFd_), address_, port_, std::move(pending_)};
     listenFd_.reset();
     LingeringRoots::instance().leave(this, std::move(handed));
   }
@@ -380,16 +385,19 @@ std::optional<Listener> LingeringRoots::retire(const SocketAddress& address) {
   const int port = address.port();
   std::unique_lock lock(mu_);
   auto onPort = [&] { return std::ranges::any_of(roots_, [&](RootServer* r) { return r->port() == port; }); };
+  if (!onPort()) return std::nullopt;
   for (RootServer* root : roots_) {
     if (root->port() == port) root->retire();
   }
+  awaited_.push_back(port);
   changed_.wait_for(lock, std::chrono::seconds(2), [&] { return !onPort(); });
+  awaited_.erase(std::ranges::find(awaited_, port));
   std::optional<Listener> taken;
   const std::string wanted = address.toString();
   for (Listener& l : left_) {  // another address on the port closes here: the new root binds its own
-    if (!taken && l.address == wanted) taken = std::move(l);
+    if (!taken && l.port == port && l.address == wanted) taken = std::move(l);
   }
-  left_.clear();
+  std::erase_if(left_, [&](const Listener& l) { return l.port == port; });
   return taken;
 }
 
@@ -407,11 +415,11 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret& secret
     listener.emplace();
     WEFT_ASSIGN_OR_RETURN(listener->fd, transport::listenOn(bindAddress, bound));
     listener->address = bound->toString();
+    listener->port = bound->port();
     WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
   }
   try {
-    std::thread([server = std::make_shared<RootServer>(std::move(*listener), bound->port(), secret, lifetimeMs,
-                                                       std::move(idFile))] {
+    std::thread([server = std::make_shared<RootServer>(std::move(*listener), secret, lifetimeMs, std::move(idFile))] {
       server->serve();
     }).detach();
   } catch (const std::system_error& e) {
