@@ -1,6 +1,7 @@
 // weftHostMemAlloc buffers: large all-reduces among the ranks of one host read
 // each other's buffers directly (coll/direct_allreduce.h). Ranks are real
 // processes; the path taken is read from each rank's WEFT_DEBUG=INFO log.
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,6 +138,39 @@ TEST_CASE("a peer's allocation maps only as its owner described it", "[host-memo
     RANK_CHECK(ctx, !closed.isOk() && contains(closed.status().message().c_str(), "/fd/9999"), "%s",
                closed.status().message().c_str());
     RANK_WEFT(ctx, weftHostMemFree(p));
+    return 0;
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST_CASE("a call's mappings of peer allocations stay until trimmed, however many", "[host-memory]") {
+  // A call on many ranks maps more peer buffers than the cache keeps: none may be unmapped
+  // while the call still reads it (once, 2 x 33 peers' buffers unmapped the first of them).
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    constexpr size_t kAllocations = weft::transport::PeerAllocations::kMaxMappings + 6;
+    std::vector<void*> owned(kAllocations);
+    std::vector<const char*> mapped;
+    weft::transport::PeerAllocations peers;
+    for (size_t i = 0; i < kAllocations; ++i) {
+      RANK_WEFT(ctx, weftHostMemAlloc(&owned[i], 4096));
+      std::memset(owned[i], static_cast<int>(i), 4096);
+      auto range = weft::transport::findSharedHostMemory(owned[i], 4096);
+      auto at = range ? peers.map(*range, 4096) : weft::Result<const char*>(weft::Status(weftInternalError, "none"));
+      RANK_CHECK(ctx, at.isOk(), "allocation %zu: %s", i, at.status().message().c_str());
+      if (!at.isOk()) return 1;
+      mapped.push_back(at.value());
+    }
+    unsigned char resident = 0;
+    auto isMapped = [&](const char* p) { return mincore(const_cast<char*>(p), 4096, &resident) == 0; };
+    for (size_t i = 0; i < kAllocations; ++i) {
+      RANK_CHECK(ctx, isMapped(mapped[i]) && mapped[i][4095] == static_cast<char>(i), "mapping %zu lost", i);
+    }
+    peers.trim();
+    for (size_t i = 0; i < kAllocations; ++i) {
+      const bool oldest = i < kAllocations - weft::transport::PeerAllocations::kMaxMappings;
+      RANK_CHECK(ctx, isMapped(mapped[i]) != oldest, "mapping %zu: mapped %d after trim", i, isMapped(mapped[i]));
+    }
+    for (void* p : owned) RANK_WEFT(ctx, weftHostMemFree(p));
     return 0;
   });
   expectAllPassed(outcomes);

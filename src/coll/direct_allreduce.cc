@@ -60,6 +60,7 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
   const size_t element = kernels::dataTypeSize(call.type);
   const size_t bytes = call.count * element;
   std::optional<Deadline> deadline;
+  peers.trim();  // the last call's pointers are done with; this call's stay mapped until the next
 
   // Round 1: where every rank's buffers lie.
   Placement mine;

@@ -115,8 +115,7 @@ Result<const char*> PeerAllocations::map(const SharedRange& range, size_t bytes)
   }
   for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
     if (it->pid == range.pid && it->id == range.id && it->inode == range.inode && it->bytes == range.allocationBytes) {
-      mappings_.splice(mappings_.begin(), mappings_,
-                       it);  // most recently used first
+      mappings_.splice(mappings_.begin(), mappings_, it);  // most recently used first
       return it->base + range.offset;
     }
   }
@@ -136,11 +135,14 @@ Result<const char*> PeerAllocations::map(const SharedRange& range, size_t bytes)
   close(fd);
   if (p == MAP_FAILED) return Status(weftSystemError, "mapping " + path + ": " + errnoString(err));
   mappings_.push_front(Mapping{range.pid, range.id, range.inode, static_cast<const char*>(p), range.allocationBytes});
-  if (mappings_.size() > kMaxMappings) {
+  return static_cast<const char*>(p) + range.offset;
+}
+
+void PeerAllocations::trim() {
+  while (mappings_.size() > kMaxMappings) {
     munmap(const_cast<char*>(mappings_.back().base), mappings_.back().bytes);
     mappings_.pop_back();
   }
-  return static_cast<const char*>(p) + range.offset;
 }
 
 }  // namespace weft::transport

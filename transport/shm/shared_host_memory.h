@@ -44,8 +44,9 @@ Status freeSharedHostMemory(void* ptr);
 std::optional<SharedRange> findSharedHostMemory(const void* ptr, size_t bytes);
 
 // The peers' allocations this process has mapped (by owner and id), the most
-// recently used first; at most kMaxMappings, the least recently used unmapped
-// beyond that.
+// recently used first. A call maps what it needs (however many); trim() then
+// unmaps the least recently used beyond kMaxMappings, between calls, so that
+// no pointer a call still uses goes away under it.
 class PeerAllocations {
  public:
   static constexpr size_t kMaxMappings = 64;
@@ -60,6 +61,9 @@ class PeerAllocations {
   // cannot be (no permission, not the file the owner named, a range outside
   // it).
   Result<const char*> map(const SharedRange& range, size_t bytes);
+  // Unmaps the least recently used allocations beyond kMaxMappings: what map()
+  // returned before must no longer be in use.
+  void trim();
 
  private:
   struct Mapping {
