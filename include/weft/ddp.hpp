@@ -75,14 +75,16 @@ class Reducer {
 
  private:
   struct FlatDeleter {
-    bool shared;  // weftHostMemFree, else free; value-initialized (an initializer here breaks Bucket{} in GCC)
+    // 0: from weftHostMemAlloc (weftHostMemFree); else a private mapping of this many bytes.
+    // Value-initialized: a default member initializer here keeps Bucket{} from compiling (GCC).
+    size_t privateBytes;
     void operator()(unsigned char* p) const;
   };
   struct Bucket {
     std::vector<size_t> params;   // indices, in bucket order
     std::vector<size_t> offsets;  // element offset of each in the flat buffer
     // From weftHostMemAlloc, so that ranks on one host all-reduce large buckets reading each
-    // other's directly; from malloc where that memory cannot be had.
+    // other's directly; private pages where that memory cannot be had.
     std::unique_ptr<unsigned char[], FlatDeleter> flat;
     weftDataType_t type;
     size_t count = 0;

@@ -1,6 +1,7 @@
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -46,22 +47,27 @@ Reducer::Reducer(weftComm_t comm, std::vector<Parameter> params, size_t bucketCa
   for (Bucket& b : buckets_) {
     const size_t bytes = b.count * dataTypeSize(b.type);
     void* memory = nullptr;
-    const bool shared = bytes > 0 && weftHostMemAlloc(&memory, bytes) == weftSuccess;
-    if (!shared) memory = std::malloc(std::max<size_t>(bytes, 1));
-    if (memory == nullptr) {
-      throw std::runtime_error("weft ddp: cannot allocate a gradient bucket of " + std::to_string(bytes) + " bytes");
+    FlatDeleter release{};  // from weftHostMemAlloc
+    if (bytes == 0 || weftHostMemAlloc(&memory, bytes) != weftSuccess) {
+      // Private pages instead, by mmap rather than malloc: a size no host holds fails with
+      // ENOMEM here, where a sanitizer's malloc would end the process.
+      release.privateBytes = std::max<size_t>(bytes, 1);
+      memory = ::mmap(nullptr, release.privateBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (memory == MAP_FAILED) {
+        throw std::runtime_error("weft ddp: cannot allocate a gradient bucket of " + std::to_string(bytes) + " bytes");
+      }
     }
-    b.flat = std::unique_ptr<unsigned char[], FlatDeleter>(static_cast<unsigned char*>(memory), FlatDeleter{shared});
+    b.flat = std::unique_ptr<unsigned char[], FlatDeleter>(static_cast<unsigned char*>(memory), release);
     b.pending = b.params.size();
   }
   if (weftStreamCreate(&stream_) != weftSuccess) throw std::runtime_error(weftGetLastError(nullptr));
 }
 
 void Reducer::FlatDeleter::operator()(unsigned char* p) const {
-  if (shared) {
+  if (privateBytes == 0) {
     (void)weftHostMemFree(p);
   } else {
-    std::free(p);
+    ::munmap(p, privateBytes);
   }
 }
 
