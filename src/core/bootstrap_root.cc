@@ -44,8 +44,7 @@ class RootServer;
 // being cut off by the old one's close.
 struct Listener {
   UniqueFd fd;
-  std::string address;  // SocketAddress::toString() of where it is bound
-  int port = 0;
+  SocketAddress address;  // where it is bound
   std::vector<PendingConnection> pending;
 };
 
@@ -73,7 +72,7 @@ class LingeringRoots {
   void leave(RootServer* root, std::optional<Listener> listener) {
     std::lock_guard lock(mu_);
     std::erase(roots_, root);
-    const bool awaited = listener && std::ranges::find(awaited_, listener->port) != awaited_.end();
+    const bool awaited = listener && std::ranges::find(awaited_, listener->address.port()) != awaited_.end();
     if (awaited) left_.push_back(std::move(*listener));
     changed_.notify_all();
   }
@@ -93,11 +92,10 @@ class LingeringRoots {
 class RootServer {
  public:
   RootServer(Listener listener, const Secret& secret, int lifetimeMs, std::string idFile)
-      : listenFd_(std::move(listener.fd)), address_(std::move(listener.address)), port_(listener.port),
-        secret_(secret), deadline_(Deadline::afterMs(lifetimeMs)), pending_(std::move(listener.pending)),
-        idFile_(std::move(idFile)) {}
+      : listenFd_(std::move(listener.fd)), address_(listener.address), secret_(secret),
+        deadline_(Deadline::afterMs(lifetimeMs)), pending_(std::move(listener.pending)), idFile_(std::move(idFile)) {}
 
-  int port() const { return port_; }
+  int port() const { return address_.port(); }
   void retire() { (void)!::write(wakeWrite_.get(), "x", 1); }
 
   void serve() {
@@ -115,7 +113,7 @@ class RootServer {
     while (!deadline_.expired() && pollOnce()) {
     }
     std::optional<Listener> handed;
-    if (retired_) handed = Listener{std::move(listenFd_), address_, port_, std::move(pending_)};
+    if (retired_) handed = Listener{std::move(listenFd_), address_, std::move(pending_)};
     listenFd_.reset();
     LingeringRoots::instance().leave(this, std::move(handed));
   }
@@ -364,8 +362,7 @@ class RootServer {
   }
 
   UniqueFd listenFd_;
-  std::string address_;  // where listenFd_ is bound
-  int port_;
+  SocketAddress address_;  // where listenFd_ is bound
   UniqueFd wakeRead_, wakeWrite_;  // while lingering: a byte here retires the root
   std::string acceptError_;  // why accept last failed; warned once
   Secret secret_;
@@ -395,9 +392,9 @@ std::optional<Listener> LingeringRoots::retire(const SocketAddress& address) {
   std::optional<Listener> taken;
   const std::string wanted = address.toString();
   for (Listener& l : left_) {  // another address on the port closes here: the new root binds its own
-    if (!taken && l.port == port && l.address == wanted) taken = std::move(l);
+    if (!taken && l.address.toString() == wanted) taken = std::move(l);
   }
-  std::erase_if(left_, [&](const Listener& l) { return l.port == port; });
+  std::erase_if(left_, [&](const Listener& l) { return l.address.port() == port; });
   return taken;
 }
 
@@ -408,14 +405,13 @@ Status startBootstrapRoot(const SocketAddress& bindAddress, const Secret& secret
   std::optional<Listener> listener;
   if (bindAddress.port() != 0) listener = LingeringRoots::instance().retire(bindAddress);
   if (listener) {
-    *bound = bindAddress;
+    *bound = listener->address;
     WEFT_INFO("bootstrap root listening on %s (taken over from the failed rendezvous before)",
               bound->toString().c_str());
   } else {
     listener.emplace();
     WEFT_ASSIGN_OR_RETURN(listener->fd, transport::listenOn(bindAddress, bound));
-    listener->address = bound->toString();
-    listener->port = bound->port();
+    listener->address = *bound;
     WEFT_INFO("bootstrap root listening on %s", bound->toString().c_str());
   }
   try {
