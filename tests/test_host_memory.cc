@@ -155,7 +155,7 @@ TEST_CASE("a call's mappings of peer allocations stay until trimmed, however man
       RANK_WEFT(ctx, weftHostMemAlloc(&owned[i], 4096));
       std::memset(owned[i], static_cast<int>(i), 4096);
       auto range = weft::transport::findSharedHostMemory(owned[i], 4096);
-      auto at = range ? peers.map(*range, 4096) : weft::Result<const char*>(weft::Status(weftInternalError, "none"));
+      auto at = range ? peers.map(*range, 4096) : weft::Result<char*>(weft::Status(weftInternalError, "none"));
       RANK_CHECK(ctx, at.isOk(), "allocation %zu: %s", i, at.status().message().c_str());
       if (!at.isOk()) return 1;
       mapped.push_back(at.value());

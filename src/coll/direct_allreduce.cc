@@ -81,14 +81,15 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
 
   // Round 2: whether every rank mapped every peer's buffers.
   std::vector<const char*> sends(static_cast<size_t>(n));
-  std::vector<const char*> recvs(static_cast<size_t>(n));
+  std::vector<char*> recvs(static_cast<size_t>(n));
   sends[static_cast<size_t>(me)] = static_cast<const char*>(call.send);
+  recvs[static_cast<size_t>(me)] = static_cast<char*>(call.recv);
   uint8_t mapped = 1;
   for (int r = 0; r < n && mapped; ++r) {
     if (r == me) continue;
     const Placement& p = all[static_cast<size_t>(r)];
     auto sendAt = peers.map(p.send, bytes);
-    auto recvAt = sendAt.isOk() ? peers.map(p.recv, bytes) : Result<const char*>(sendAt.status());
+    auto recvAt = sendAt.isOk() ? peers.map(p.recv, bytes) : Result<char*>(sendAt.status());
     if (!recvAt.isOk()) {
       mapped = 0;
       *whyNot = formatString("rank %d cannot map rank %d's buffers: %s", me, r, recvAt.status().message().c_str());
@@ -107,15 +108,15 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
     }
   }
 
-  // This rank's block: every rank's input summed in rank order (so every block
-  // is the same wherever it is read), a chunk at a time into a chunk of scratch
-  // that stays in cache. Out of place, each chunk then goes to the output, with
-  // streaming stores where the call is too large for the caches (a plain store
-  // would read each output line first: see kernels/cpu/copy_streaming.h); in
-  // place, the output's lines are in cache already, and the last reduction
-  // writes it (after it has read this rank's input).
+  // This rank's block: every rank's input summed in rank order, a chunk at a
+  // time into a chunk of scratch that stays in cache, then written to every
+  // rank's output (this rank's first). Only this rank reads or writes block
+  // `me` of any buffer, so in place a chunk's inputs are all read before its
+  // outputs are written; and there its lines are in cache already (just read),
+  // so plain stores. Out of place, streaming stores where the call is too large
+  // for the caches (a plain store would read each output line first: see
+  // kernels/cpu/copy_streaming.h).
   const weftRedOp_t op = call.op == weftAvg ? weftSum : call.op;
-  auto* out = static_cast<char*>(call.recv);
   const bool inPlace = call.recv == call.send;
   const size_t first = blockStart(call.count, n, me);
   const size_t last = blockStart(call.count, n, me + 1);
@@ -123,31 +124,20 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
   // Made once per thread: at kChunkBytes, malloc would map and unmap it on
   // every call.
   thread_local const std::unique_ptr<char[]> partial(new char[kChunkBytes]);
+  char* sum = partial.get();
   for (size_t at = first; at < last; at += chunk) {
     const size_t c = std::min(chunk, last - at);
     const size_t offset = at * element;
-    auto input = [&](int r) { return sends[static_cast<size_t>(r)] + offset; };
-    char* sum = inPlace && n == 2 ? out + offset : partial.get();
-    kernels::reduce(sum, input(0), input(1), c, call.type, op);
-    for (int r = 2; r < n; ++r) {
-      if (inPlace && r == n - 1) sum = out + offset;
-      kernels::reduce(sum, partial.get(), input(r), c, call.type, op);
-    }
+    kernels::reduce(sum, sends[0] + offset, sends[1] + offset, c, call.type, op);
+    for (int r = 2; r < n; ++r) kernels::reduce(sum, sum, sends[static_cast<size_t>(r)] + offset, c, call.type, op);
     if (call.op == weftAvg) kernels::divide(sum, sum, c, call.type, static_cast<uint64_t>(n));
-    if (!inPlace) copy(out + offset, sum, c * element, call.streaming);
+    for (int k = 0; k < n; ++k) {
+      copy(recvs[static_cast<size_t>((me + k) % n)] + offset, sum, c * element, call.streaming && !inPlace);
+    }
   }
 
-  // Round 3: every block is summed; copy the others'. Round 4: every rank has
-  // read them, so none returns (and lets its caller reuse its buffers) while a
-  // peer still reads.
-  s = ++*seq;
-  WEFT_TRY(publishAndAwait(arena, s, 0, call.tag, context, &deadline));
-  for (int k = 1; k < n; ++k) {
-    const int r = (me + k) % n;
-    const size_t offset = blockStart(call.count, n, r) * element;
-    const size_t length = blockStart(call.count, n, r + 1) * element - offset;
-    copy(out + offset, recvs[static_cast<size_t>(r)] + offset, length, call.streaming);
-  }
+  // Round 3: every rank has written its block everywhere, so none returns (and
+  // lets its caller reuse its buffers) while a peer still reads or writes them.
   s = ++*seq;
   WEFT_TRY(publishAndAwait(arena, s, 0, call.tag, context, &deadline));
   return true;

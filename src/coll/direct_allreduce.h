@@ -1,17 +1,19 @@
 // An all-reduce among the ranks of one host whose buffers all lie in shared
 // host memory (weftHostMemAlloc, transport/shm/shared_host_memory.h): each rank
-// maps its peers' buffers and reads their inputs where they lie. Rank r sums
-// block r of every rank's input, in rank order, into block r of its own output;
-// then it copies every other block out of the rank that summed it. Each byte of
-// input is read once and each byte of output written once, where a path through
-// shared-memory segments also copies every input in and every sum out.
+// maps its peers' buffers and works on them where they lie. Rank r sums block r
+// of every rank's input, in rank order, and writes the sum into block r of
+// every rank's output. Each byte of input is read once and each byte of output
+// written once, where a path through shared-memory segments also copies every
+// input in and every sum out (and where having each rank copy the other blocks
+// out of the rank that summed them reads every output byte once more).
 //
-// Four rounds on the arena (transport/shm/shm_arena.h) order it: every rank
+// Three rounds on the arena (transport/shm/shm_arena.h) order it: every rank
 // publishes where its buffers lie, then whether it could map every peer's, then
-// that its block is summed, then that it has read every peer's block. If any
-// rank's buffers are not shared, or any rank cannot map a peer's, every rank
-// sees it after the first or second round and nothing has been written: the
-// call then takes the usual path, alike everywhere.
+// that it has written its block everywhere (so none returns while a peer still
+// reads its input or writes its output). If any rank's buffers are not shared,
+// or any rank cannot map a peer's, every rank sees it after the first or second
+// round and nothing has been written: the call then takes the usual path, alike
+// everywhere.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +44,8 @@ struct DirectAllReduce {
 
 // Runs the call directly and returns true; or returns false, having written
 // nothing, when some rank's buffers are not shared or cannot be mapped (*whyNot
-// says which). Uses four arena calls
-// (*seq counts them) or, returning false, one or two, alike on every rank.
+// says which). Uses three arena calls (*seq counts them) or, returning false,
+// one or two, alike on every rank.
 Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transport::PeerAllocations& peers,
                              const DirectAllReduce& call, const ExecutionContext& context, std::string* whyNot);
 

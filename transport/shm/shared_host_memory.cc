@@ -102,10 +102,10 @@ std::optional<SharedRange> findSharedHostMemory(const void* ptr, size_t bytes) {
 }
 
 PeerAllocations::~PeerAllocations() {
-  for (const Mapping& m : mappings_) munmap(const_cast<char*>(m.base), m.bytes);
+  for (const Mapping& m : mappings_) munmap(m.base, m.bytes);
 }
 
-Result<const char*> PeerAllocations::map(const SharedRange& range, size_t bytes) {
+Result<char*> PeerAllocations::map(const SharedRange& range, size_t bytes) {
   if (range.allocationBytes == 0 || range.offset > range.allocationBytes ||
       bytes > range.allocationBytes - range.offset) {
     return Status(weftInternalError, formatString("a peer's buffer of %zu bytes at offset %llu lies outside its "
@@ -120,7 +120,7 @@ Result<const char*> PeerAllocations::map(const SharedRange& range, size_t bytes)
     }
   }
   const std::string path = formatString("/proc/%d/fd/%d", range.pid, range.fd);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status(weftSystemError, "opening " + path + ": " + errnoString(errno));
   struct stat st {};
   const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_dev) == range.device &&
@@ -130,17 +130,17 @@ Result<const char*> PeerAllocations::map(const SharedRange& range, size_t bytes)
     close(fd);
     return Status(weftSystemError, path + " is not the allocation its owner named (another pid namespace?)");
   }
-  void* p = mmap(nullptr, range.allocationBytes, PROT_READ, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, range.allocationBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   close(fd);
   if (p == MAP_FAILED) return Status(weftSystemError, "mapping " + path + ": " + errnoString(err));
-  mappings_.push_front(Mapping{range.pid, range.id, range.inode, static_cast<const char*>(p), range.allocationBytes});
-  return static_cast<const char*>(p) + range.offset;
+  mappings_.push_front(Mapping{range.pid, range.id, range.inode, static_cast<char*>(p), range.allocationBytes});
+  return static_cast<char*>(p) + range.offset;
 }
 
 void PeerAllocations::trim() {
   while (mappings_.size() > kMaxMappings) {
-    munmap(const_cast<char*>(mappings_.back().base), mappings_.back().bytes);
+    munmap(mappings_.back().base, mappings_.back().bytes);
     mappings_.pop_back();
   }
 }

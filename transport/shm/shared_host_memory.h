@@ -1,4 +1,4 @@
-// Host memory the ranks of one host can read directly (weftHostMemAlloc): each
+// Host memory the ranks of one host can read and write directly (weftHostMemAlloc): each
 // allocation is an anonymous memfd mapped into this process, and a peer on the
 // host maps the same pages by opening /proc/<pid>/fd/<fd> (which needs the same
 // access as process_vm_readv: the same user and ptrace read permission). A
@@ -6,8 +6,8 @@
 // the processes.
 //
 // All-reduces whose buffers every rank took from here read the peers' inputs
-// where they lie (coll/direct_allreduce.h): no copy into or out of a shared
-// segment.
+// and write their outputs where they lie (coll/direct_allreduce.h): no copy
+// into or out of a shared segment.
 #pragma once
 
 #include <cstddef>
@@ -57,10 +57,10 @@ class PeerAllocations {
   ~PeerAllocations();
 
   // Where `range`'s buffer of `bytes` bytes lies in this process (mapped
-  // read-only), mapping its allocation on first use; an error says why it
+  // for reading and writing), mapping its allocation on first use; an error says why it
   // cannot be (no permission, not the file the owner named, a range outside
   // it).
-  Result<const char*> map(const SharedRange& range, size_t bytes);
+  Result<char*> map(const SharedRange& range, size_t bytes);
   // Unmaps the least recently used allocations beyond kMaxMappings: what map()
   // returned before must no longer be in use.
   void trim();
@@ -70,7 +70,7 @@ class PeerAllocations {
     int32_t pid;
     uint64_t id;
     uint64_t inode;
-    const char* base;
+    char* base;
     size_t bytes;
   };
   std::list<Mapping> mappings_;
