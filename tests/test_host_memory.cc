@@ -1,15 +1,19 @@
 // weftHostMemAlloc buffers: large all-reduces among the ranks of one host read
 // each other's buffers directly (coll/direct_allreduce.h). Ranks are real
 // processes; the path taken is read from each rank's WEFT_DEBUG=INFO log.
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coll/direct_allreduce.h"
@@ -220,4 +224,52 @@ TEST_CASE("below the threshold, weftHostMemAlloc buffers take the usual path", "
     CHECK_FALSE(contains(o.output.c_str(), kDirect));
     CHECK_FALSE(contains(o.output.c_str(), kCopying));
   }
+}
+
+TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail, not succeed",
+          "[host-memory][multiprocess]") {
+  // Rank 1 stops itself (SIGSTOP) a few milliseconds into a large all-reduce, while it sums its
+  // block out of rank 0's input. Rank 0 sums its own, times out waiting for rank 1, rewrites its
+  // input as a caller reusing it would, and lets rank 1 go on (SIGCONT). Summing on from the
+  // rewritten input, rank 1 would hand back wrong sums as a success; it must fail instead.
+  constexpr size_t kCount = 32 << 20;  // 128 MiB of floats: rank 1's block takes many milliseconds
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, ctx.rank == 0 ? 2000 : 10000);
+    if (comm == nullptr) return 1;
+    const int64_t pid = getpid();
+    int64_t pids[2] = {0, 0};
+    RANK_WEFT(ctx, weftAllGather(&pid, pids, 1, weftInt64, comm, nullptr));
+    void* send = nullptr;
+    void* recv = nullptr;
+    RANK_WEFT(ctx, weftHostMemAlloc(&send, kCount * sizeof(float)));
+    RANK_WEFT(ctx, weftHostMemAlloc(&recv, kCount * sizeof(float)));
+    if (send == nullptr || recv == nullptr) return 1;
+    auto* in = static_cast<float*>(send);
+    std::fill(in, in + kCount, static_cast<float>(ctx.rank + 1));
+    // Once through, so that mapping and first touches are behind the call that stops.
+    RANK_WEFT(ctx, weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr));
+    int64_t together = 0;
+    RANK_WEFT(ctx, weftAllReduce(&pid, &together, 1, weftInt64, weftMax, comm, nullptr));  // start together
+    if (ctx.rank == 1) {
+      std::thread stopper([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        kill(getpid(), SIGSTOP);
+      });
+      const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);
+      stopper.join();
+      const char* error = weftGetLastError(comm);
+      RANK_CHECK(ctx, rc == weftRemoteError && contains(error, "rank 0") && contains(error, "gave up on this call"),
+                 "after rank 0 gave up and rewrote its input: %s: %s", weftGetErrorString(rc), error);
+    } else {
+      const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);
+      RANK_CHECK(ctx, rc == weftTimeout, "rank 0: %s: %s", weftGetErrorString(rc), weftGetLastError(comm));
+      std::fill(in, in + kCount, -1.0f);
+      kill(static_cast<pid_t>(pids[1]), SIGCONT);
+    }
+    RANK_WEFT(ctx, weftCommAbort(comm));
+    RANK_WEFT(ctx, weftHostMemFree(send));
+    RANK_WEFT(ctx, weftHostMemFree(recv));
+    return 0;
+  });
+  expectAllPassed(outcomes);
 }

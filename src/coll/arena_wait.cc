@@ -86,4 +86,14 @@ Status checkSameCall(const transport::ShmArena& arena, int peer, uint32_t seq, s
                              static_cast<unsigned long long>(slot.tag), bytes, static_cast<unsigned long long>(tag)));
 }
 
+Status checkNoneGaveUp(const transport::ShmArena& arena, uint32_t seq, const ExecutionContext& context) {
+  for (int peer = 0; peer < arena.size(); ++peer) {
+    if (peer == arena.rank() || !arena.gaveUp(peer, seq)) continue;
+    return Status(weftRemoteError, formatString("%s: %s gave up on this call (its timeout, or an abort) while this "
+                                                "rank could still be using its buffers: the result here is not usable",
+                                                context.collective, describe(context, peer).c_str()));
+  }
+  return Status::ok();
+}
+
 }  // namespace weft::coll

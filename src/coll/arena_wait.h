@@ -26,4 +26,8 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
 Status checkSameCall(const transport::ShmArena& arena, int peer, uint32_t seq, size_t bytes, uint64_t tag,
                      const ExecutionContext& context);
 
+// An error naming the first peer that gave up on call `seq` (ShmArena::markGaveUp), if any:
+// this rank's result may then come from buffers that peer's caller is already reusing.
+Status checkNoneGaveUp(const transport::ShmArena& arena, uint32_t seq, const ExecutionContext& context);
+
 }  // namespace weft::coll

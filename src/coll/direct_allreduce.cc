@@ -46,6 +46,7 @@ Status publishAndAwait(transport::ShmArena& arena, uint32_t s, uint32_t bytes, u
   for (int k = 1; k < arena.size(); ++k) {
     const int peer = (arena.rank() + k) % arena.size();
     WEFT_TRY(awaitPublished(arena, peer, s, context, deadline));
+    if (arena.gaveUp(peer, s)) return checkNoneGaveUp(arena, s, context);  // a clearer error than a mismatch
     WEFT_TRY(checkSameCall(arena, peer, s, bytes, tag, context));
   }
   return Status::ok();
@@ -98,9 +99,17 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
       recvs[static_cast<size_t>(r)] = recvAt.value();
     }
   }
-  s = ++*seq;
+  // Once this rank says it mapped every peer's buffers, its peers may start on its own: from
+  // here, if it fails (its timeout, an abort, a peer that gave up), it marks this round's slot
+  // before returning, and each rank checks its peers' marks between chunks and at the end, so
+  // that none reports success from buffers a failed rank's caller may already be reusing.
+  const uint32_t mappedSeq = s = ++*seq;
+  auto giveUp = [&](Status failure) {
+    arena.markGaveUp(mappedSeq);
+    return failure;
+  };
   *static_cast<uint8_t*>(arena.ownData(s, 1)) = mapped;
-  WEFT_TRY(publishAndAwait(arena, s, 1, call.tag, context, &deadline));
+  if (Status st = publishAndAwait(arena, s, 1, call.tag, context, &deadline); !st.isOk()) return giveUp(st);
   for (int r = 0; r < n; ++r) {
     if (*static_cast<const uint8_t*>(arena.peerData(r, s, 1)) == 0) {
       if (r != me) *whyNot = formatString("rank %d could not map its peers' buffers", r);
@@ -126,6 +135,7 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
   thread_local const std::unique_ptr<char[]> partial(new char[kChunkBytes]);
   char* sum = partial.get();
   for (size_t at = first; at < last; at += chunk) {
+    if (Status st = checkNoneGaveUp(arena, mappedSeq, context); !st.isOk()) return giveUp(st);
     const size_t c = std::min(chunk, last - at);
     const size_t offset = at * element;
     kernels::reduce(sum, sends[0] + offset, sends[1] + offset, c, call.type, op);
@@ -139,7 +149,8 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
   // Round 3: every rank has written its block everywhere, so none returns (and
   // lets its caller reuse its buffers) while a peer still reads or writes them.
   s = ++*seq;
-  WEFT_TRY(publishAndAwait(arena, s, 0, call.tag, context, &deadline));
+  if (Status st = publishAndAwait(arena, s, 0, call.tag, context, &deadline); !st.isOk()) return giveUp(st);
+  if (Status st = checkNoneGaveUp(arena, mappedSeq, context); !st.isOk()) return giveUp(st);
   return true;
 }
 

@@ -13,7 +13,9 @@
 // reads its input or writes its output). If any rank's buffers are not shared,
 // or any rank cannot map a peer's, every rank sees it after the first or second
 // round and nothing has been written: the call then takes the usual path, alike
-// everywhere.
+// everywhere. A rank that fails after the second round marks its slot as given
+// up (ShmArena::markGaveUp), and its peers then fail too rather than report
+// success from buffers its caller may be reusing.
 #pragma once
 
 #include <cstdint>

@@ -52,6 +52,24 @@ void ShmArena::publish(uint32_t seq, uint32_t bytes, uint64_t tag) {
   if (waiters(rank_)->load(std::memory_order_seq_cst) != 0) futexWakeAll(&h->seq);
 }
 
+namespace {
+// What a given-up slot holds as its size: more than any arena call publishes (capacity() is far
+// smaller), so no call's slot reads as given up.
+constexpr uint32_t kGaveUpBytes = UINT32_MAX;
+}  // namespace
+
+void ShmArena::markGaveUp(uint32_t seq) {
+  SlotHeader* h = header(rank_, seq);
+  if (h->seq.load(std::memory_order_relaxed) != seq) return;
+  std::atomic_ref<uint32_t>(h->bytes).store(kGaveUpBytes, std::memory_order_seq_cst);
+}
+
+bool ShmArena::gaveUp(int peer, uint32_t seq) const {
+  SlotHeader* h = header(peer, seq);
+  return h->seq.load(std::memory_order_seq_cst) == seq &&
+         std::atomic_ref<uint32_t>(h->bytes).load(std::memory_order_seq_cst) == kGaveUpBytes;
+}
+
 void ShmArena::sleepUntilPublished(int peer, uint32_t seq, std::chrono::milliseconds slice) {
   std::atomic<uint32_t>* count = waiters(peer);
   SlotHeader* h = header(peer, seq);

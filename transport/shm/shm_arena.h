@@ -73,6 +73,13 @@ class ShmArena {
   const SlotHeader& slot(int peer, uint32_t seq) const { return *header(peer, seq); }
   const void* peerData(int peer, uint32_t seq, size_t bytes) const { return data(peer, seq, bytes); }
 
+  // Marks this rank's slot of call `seq`, published already, as given up: the call failed here
+  // (a timeout, an abort) after peers may have started on buffers it named, which its caller
+  // may now reuse. Peers check gaveUp() so that none reports success from such buffers.
+  void markGaveUp(uint32_t seq);
+  // Whether `peer` gave up on call `seq` (markGaveUp).
+  bool gaveUp(int peer, uint32_t seq) const;
+
   // Sleeps until `peer` publishes `seq`, at most `slice` (returns early, spuriously too).
   void sleepUntilPublished(int peer, uint32_t seq, std::chrono::milliseconds slice);
 
