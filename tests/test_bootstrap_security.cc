@@ -5,10 +5,12 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "core/bootstrap_wire.h"
+#include "core/flood_eviction.h"
 #include "core/unique_id.h"
 #include "multiprocess.h"
 #include "transport/socket/socket_util.h"
@@ -185,6 +188,107 @@ TEST_CASE("bootstrap: a root out of descriptors waits, it does not spin", "[boot
   waitpid(child, &status, 0);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("flood eviction: the oldest connection of the host that holds the most makes room", "[bootstrap]") {
+  struct Pending {
+    transport::SocketAddress from;
+  };
+  auto at = [](const char* text) { return Pending{transport::SocketAddress::parse(text).value()}; };
+  // 10.0.0.2 holds three: its oldest goes, though 10.0.0.1's is older.
+  std::vector<Pending> pending{at("10.0.0.1:5000"), at("10.0.0.2:1"), at("10.0.0.2:2"), at("10.0.0.1:5001"),
+                               at("10.0.0.2:3")};
+  CHECK(core::connectionToEvict(pending) == 1);
+  // A tie: the oldest of all.
+  pending = {at("10.0.0.3:9"), at("10.0.0.1:7")};
+  CHECK(core::connectionToEvict(pending) == 0);
+  // Ports do not make hosts; families do.
+  pending = {at("[::1]:1"), at("127.0.0.1:1"), at("127.0.0.1:2"), at("[::1]:2"), at("[::1]:3")};
+  CHECK(core::connectionToEvict(pending) == 0);
+  pending = {at("127.0.0.1:1")};
+  CHECK(core::connectionToEvict(pending) == 0);
+}
+
+namespace {
+
+// Whether `fd` is still open with nothing to read: the root sends nothing before a whole hello.
+bool openAndQuiet(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+// A TCP connection to `to` from the local address `from` (any port).
+transport::UniqueFd connectFrom(const char* from, const transport::SocketAddress& to) {
+  transport::UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &local.sin_addr);
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0 ||
+      ::connect(fd.get(), to.sockaddrPtr(), to.length) != 0) {
+    return transport::UniqueFd();
+  }
+  return fd;
+}
+
+constexpr int kFlood = 1100;  // more silent connections than the root keeps (1024)
+
+}  // namespace
+
+TEST_CASE("bootstrap: a flood from one host does not evict a connection from another",
+          "[bootstrap][security][multiprocess]") {
+  // Rank 1 stands for a real rank that has connected from 127.0.0.1 and stalls half-way through
+  // its hello; rank 2 then floods the root from 127.0.0.2. The root dropped its oldest silent
+  // connection to make room, which was rank 1's.
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  const rlim_t wanted = 2 * kFlood + 256;
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = std::min(wanted, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur < wanted) {
+    WARN("the descriptor limit (" << limit.rlim_max << ") is below a flood's " << wanted << ": not tested");
+    return;
+  }
+  setenv("WEFT_SOCKET_IFNAME", "lo", 1);  // the root on 127.0.0.1, which 127.0.0.2 reaches
+  auto outcomes = runRanks(3, [](RankContext& ctx) {
+    const transport::SocketAddress root = core::decodeUniqueId(ctx.id).value().root;
+    if (ctx.rank == 0) {  // hosts the root, which waits for ranks that never come
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      return 0;
+    }
+    RANK_CHECK(ctx, root.family() == AF_INET, "the root is not on IPv4 loopback: %s", root.toString().c_str());
+    if (ctx.rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // after rank 1 has connected
+      std::vector<transport::UniqueFd> flood;
+      for (int i = 0; i < kFlood; ++i) flood.push_back(connectFrom("127.0.0.2", root));
+      RANK_CHECK(ctx, std::ranges::all_of(flood, [](const auto& fd) { return fd.valid(); }), "a flood connect failed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // held until rank 1 has looked
+      return 0;
+    }
+    transport::UniqueFd fd = connectFrom("127.0.0.1", root);
+    RANK_CHECK(ctx, fd.valid(), "connect: %s", std::strerror(errno));
+    // Half a hello with the wrong secret: the rest comes after the flood.
+    core::Secret wrong = core::decodeUniqueId(ctx.id).value().secret;
+    wrong[0] ^= 1;
+    const core::RankHello hello = forgedHello(wrong);
+    const auto* bytes = reinterpret_cast<const char*>(&hello);
+    const size_t half = sizeof(hello) / 2;
+    RANK_CHECK(ctx, transport::sendAll(fd.get(), bytes, half, Deadline::afterMs(1000)).isOk(), "send");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    RANK_CHECK(ctx, openAndQuiet(fd.get()), "the root dropped this connection to make room for the flood");
+    RANK_CHECK(ctx, transport::sendAll(fd.get(), bytes + half, sizeof(hello) - half, Deadline::afterMs(1000)).isOk(),
+               "send the rest");
+    RANK_CHECK(ctx, closedByPeer(fd.get(), 2000), "the root kept a hello with the wrong secret");
+    return 0;
+  });
+  unsetenv("WEFT_SOCKET_IFNAME");
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+  const std::string& rootLog = outcomes[0].output;
+  CHECK(rootLog.find("dropping the one from 127.0.0.2:") != std::string::npos);  // the flood was evicted
+  CHECK(rootLog.find("dropping the one from 127.0.0.1:") == std::string::npos);
+  CHECK(rootLog.find("dropped a connection from 127.0.0.1:") != std::string::npos);  // its hello: wrong secret
 }
 
 namespace {

@@ -17,6 +17,7 @@
 
 #include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
+#include "core/flood_eviction.h"
 #include "util/log.h"
 
 namespace weft::core {
@@ -162,10 +163,11 @@ class RootServer {
       }
       if (!fd.value().valid()) return;  // nothing left to accept
       p.fd = fd.take();
-      if (pending_.size() >= kMaxPending) {  // a flood: the oldest silent connection makes room
+      if (pending_.size() >= kMaxPending) {  // a flood: the flooding host's oldest makes room
+        const size_t victim = connectionToEvict(pending_);
         WEFT_WARN("bootstrap root: %zu connections without a hello; dropping the one from %s",
-                  pending_.size(), pending_.front().from.toString().c_str());
-        pending_.erase(pending_.begin());
+                  pending_.size(), pending_[victim].from.toString().c_str());
+        pending_.erase(pending_.begin() + static_cast<long>(victim));
       }
       pending_.push_back(std::move(p));
     }

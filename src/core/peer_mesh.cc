@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/flood_eviction.h"
 #include "transport/socket/socket_connection.h"
 #include "util/log.h"
 
@@ -239,10 +240,11 @@ void PeerMesh::acceptReady() {
       // A peer sends its hello right after connecting: it is mostly here already, and then the
       // connection never waits among strangers.
       if (readHello(p)) continue;
-      if (pending_.size() >= kMaxPendingHellos) {  // a flood: the oldest silent connection makes room
+      if (pending_.size() >= kMaxPendingHellos) {  // a flood: the flooding host's oldest makes room
+        const size_t victim = connectionToEvict(pending_);
         WEFT_WARN("rank %d: %zu connections without a hello; dropped the one from %s", rank_, pending_.size(),
-                  pending_.front().from.toString().c_str());
-        pending_.erase(pending_.begin());
+                  pending_[victim].from.toString().c_str());
+        pending_.erase(pending_.begin() + static_cast<long>(victim));
       }
       pending_.push_back(std::move(p));
     }
