@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -232,12 +233,17 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
   // block out of rank 0's input. Rank 0 sums its own, times out waiting for rank 1, rewrites its
   // input as a caller reusing it would, and lets rank 1 go on (SIGCONT). Summing on from the
   // rewritten input, rank 1 would hand back wrong sums as a success; it must fail instead.
+  // Rank 2 is done with its block and waits for the others: it must fail as soon as rank 0 gives
+  // up, while rank 1 is still stopped, not wait out its own, longer timeout.
   constexpr size_t kCount = 32 << 20;  // 128 MiB of floats: rank 1's block takes many milliseconds
-  auto outcomes = runRanks(2, [](RankContext& ctx) {
-    weftComm_t comm = rankComm(ctx, ctx.rank == 0 ? 2000 : 10000);
+  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  auto* rank2Returned = new (shared) std::atomic<int>(0);
+  auto outcomes = runRanks(3, [rank2Returned](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, ctx.rank == 0 ? 2000 : (ctx.rank == 1 ? 10000 : 60000));
     if (comm == nullptr) return 1;
     const int64_t pid = getpid();
-    int64_t pids[2] = {0, 0};
+    int64_t pids[3] = {0, 0, 0};
     RANK_WEFT(ctx, weftAllGather(&pid, pids, 1, weftInt64, comm, nullptr));
     void* send = nullptr;
     void* recv = nullptr;
@@ -260,10 +266,23 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
       const char* error = weftGetLastError(comm);
       RANK_CHECK(ctx, rc == weftRemoteError && contains(error, "rank 0") && contains(error, "gave up on this call"),
                  "after rank 0 gave up and rewrote its input: %s: %s", weftGetErrorString(rc), error);
+    } else if (ctx.rank == 2) {
+      const auto start = std::chrono::steady_clock::now();
+      const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const char* error = weftGetLastError(comm);
+      RANK_CHECK(ctx, rc == weftRemoteError && contains(error, "rank 0") && contains(error, "gave up on this call"),
+                 "rank 2, done with its block: %s: %s", weftGetErrorString(rc), error);
+      RANK_CHECK(ctx, seconds < 10.0, "rank 2 failed only after %.1f s", seconds);
+      rank2Returned->store(1);
     } else {
       const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);
       RANK_CHECK(ctx, rc == weftTimeout, "rank 0: %s: %s", weftGetErrorString(rc), weftGetLastError(comm));
       std::fill(in, in + kCount, -1.0f);
+      const auto giveUpAt = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+      while (rank2Returned->load() == 0 && std::chrono::steady_clock::now() < giveUpAt) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       kill(static_cast<pid_t>(pids[1]), SIGCONT);
     }
     RANK_WEFT(ctx, weftCommAbort(comm));
@@ -271,5 +290,6 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
     RANK_WEFT(ctx, weftHostMemFree(recv));
     return 0;
   });
+  munmap(shared, sizeof(std::atomic<int>));
   expectAllPassed(outcomes);
 }

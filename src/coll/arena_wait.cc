@@ -29,7 +29,7 @@ Status aborted(const ExecutionContext& context) {
 }  // namespace
 
 Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context,
-                      std::optional<Deadline>* deadline) {
+                      std::optional<Deadline>* deadline, std::optional<uint32_t> gaveUpSeq) {
   for (int i = 0; i < kBusyLooks; ++i) {
     if (arena.published(peer, seq)) return Status::ok();
     cpuRelax();
@@ -57,6 +57,7 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
     ::sched_yield();
     if (i % 16 == 0) {
       if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
+      if (gaveUpSeq) WEFT_TRY(checkNoneGaveUp(arena, *gaveUpSeq, context));
       if (std::chrono::steady_clock::now() >= spinUntil) break;
     }
     if (i % 4096 == 0) {  // a spin of milliseconds or more
@@ -67,6 +68,7 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
   for (;;) {
     if (arena.published(peer, seq)) return Status::ok();
     if (context.abortFlag != nullptr && context.abortFlag->load(std::memory_order_relaxed)) return aborted(context);
+    if (gaveUpSeq) WEFT_TRY(checkNoneGaveUp(arena, *gaveUpSeq, context));
     if ((*deadline)->expired()) return timedOut();
     WEFT_TRY(peerGone());
     const auto slice =
@@ -78,11 +80,12 @@ Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const 
 Status checkSameCall(const transport::ShmArena& arena, int peer, uint32_t seq, size_t bytes, uint64_t tag,
                      const ExecutionContext& context) {
   const auto& slot = arena.slot(peer, seq);
-  if (slot.bytes == bytes && slot.tag == tag) return Status::ok();
+  const uint32_t slotBytes = arena.slotBytes(peer, seq);
+  if (slotBytes == bytes && slot.tag == tag) return Status::ok();
   return Status(weftInvalidUsage,
                 formatString("%s: %s is in a different call (%u bytes, signature %016llx; here %zu bytes, "
                              "%016llx): every rank must make the same collective calls in the same order",
-                             context.collective, describe(context, peer).c_str(), slot.bytes,
+                             context.collective, describe(context, peer).c_str(), slotBytes,
                              static_cast<unsigned long long>(slot.tag), bytes, static_cast<unsigned long long>(tag)));
 }
 

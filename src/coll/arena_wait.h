@@ -17,9 +17,11 @@ namespace weft::coll {
 // wait that gets past the first look or so (timeoutMs from then, or context.deadline if sooner)
 // and kept for the rest of the call. context.connections may be null
 // (a caller off the progress engine's thread, which must not touch the connections): peers are
-// then named by rank, and a dead one is seen only at the deadline.
+// then named by rank, and a dead one is seen only at the deadline. Where `gaveUpSeq` is given,
+// a mark that any peer gave up on that call (ShmArena::markGaveUp) ends the wait with
+// checkNoneGaveUp's error, within a sleep slice: that peer's partners stop too, and will not publish.
 Status awaitPublished(transport::ShmArena& arena, int peer, uint32_t seq, const ExecutionContext& context,
-                      std::optional<Deadline>* deadline);
+                      std::optional<Deadline>* deadline, std::optional<uint32_t> gaveUpSeq = std::nullopt);
 
 // The peer's slot of call `seq` holds `bytes` bytes of a call tagged `tag`; else an error that
 // names the peer: it is in a different call.

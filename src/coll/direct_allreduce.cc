@@ -1,5 +1,7 @@
 #include "coll/direct_allreduce.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -40,16 +42,42 @@ void copy(char* dst, const char* src, size_t bytes, bool streaming) {
   }
 }
 
+// Publishes this rank's slot of call `s` and waits for every peer's; with `gaveUpSeq`, a peer's
+// mark on that call ends the wait (awaitPublished).
 Status publishAndAwait(transport::ShmArena& arena, uint32_t s, uint32_t bytes, uint64_t tag,
-                       const ExecutionContext& context, std::optional<Deadline>* deadline) {
+                       const ExecutionContext& context, std::optional<Deadline>* deadline,
+                       std::optional<uint32_t> gaveUpSeq = std::nullopt) {
   arena.publish(s, bytes, tag);
   for (int k = 1; k < arena.size(); ++k) {
     const int peer = (arena.rank() + k) % arena.size();
-    WEFT_TRY(awaitPublished(arena, peer, s, context, deadline));
-    if (arena.gaveUp(peer, s)) return checkNoneGaveUp(arena, s, context);  // a clearer error than a mismatch
-    WEFT_TRY(checkSameCall(arena, peer, s, bytes, tag, context));
+    WEFT_TRY(awaitPublished(arena, peer, s, context, deadline, gaveUpSeq));
+    Status same = checkSameCall(arena, peer, s, bytes, tag, context);
+    // After the check: a mark made while it read reads as a mismatch, which the mark explains.
+    if (arena.gaveUp(peer, s)) return checkNoneGaveUp(arena, s, context);
+    WEFT_TRY(same);
   }
   return Status::ok();
+}
+
+// How long a rank that gave up waits for its peers to stop writing into its buffers.
+constexpr int kPeersStopMs = 200;
+
+// After this rank marked call `mappedSeq` as given up: waits (at most kPeersStopMs) until every
+// peer that may be writing into this rank's buffers has finished (published the next call) or
+// given up too, so that none writes there once the caller has them back. A peer that has not
+// published `mappedSeq` needs no wait: it checks the marks before its first write, and since
+// this rank's mark came before its look, the peer sees the mark (both sequentially consistent).
+// A peer stopped for longer (a debugger, SIGSTOP) may still write one chunk after this returns.
+void awaitPeersStopped(const transport::ShmArena& arena, uint32_t mappedSeq) {
+  const Deadline deadline = Deadline::afterMs(kPeersStopMs);
+  for (int peer = 0; peer < arena.size(); ++peer) {
+    if (peer == arena.rank()) continue;
+    while (arena.published(peer, mappedSeq) && !arena.gaveUp(peer, mappedSeq) &&
+           !arena.published(peer, mappedSeq + 1)) {
+      if (deadline.expired()) return;
+      ::sched_yield();
+    }
+  }
 }
 
 }  // namespace
@@ -106,6 +134,7 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
   const uint32_t mappedSeq = s = ++*seq;
   auto giveUp = [&](Status failure) {
     arena.markGaveUp(mappedSeq);
+    awaitPeersStopped(arena, mappedSeq);
     return failure;
   };
   *static_cast<uint8_t*>(arena.ownData(s, 1)) = mapped;
@@ -149,7 +178,9 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
   // Round 3: every rank has written its block everywhere, so none returns (and
   // lets its caller reuse its buffers) while a peer still reads or writes them.
   s = ++*seq;
-  if (Status st = publishAndAwait(arena, s, 0, call.tag, context, &deadline); !st.isOk()) return giveUp(st);
+  if (Status st = publishAndAwait(arena, s, 0, call.tag, context, &deadline, mappedSeq); !st.isOk()) {
+    return giveUp(st);
+  }
   if (Status st = checkNoneGaveUp(arena, mappedSeq, context); !st.isOk()) return giveUp(st);
   return true;
 }

@@ -44,7 +44,7 @@ Status ShmArena::attach(int peer, const std::string& name) {
 
 void ShmArena::publish(uint32_t seq, uint32_t bytes, uint64_t tag) {
   SlotHeader* h = header(rank_, seq);
-  h->bytes = bytes;
+  std::atomic_ref<uint32_t>(h->bytes).store(bytes, std::memory_order_relaxed);  // gaveUp() reads it at any time
   h->tag = tag;
   // Sequentially consistent, pairing with sleepUntilPublished: either a sleeper's count is
   // seen here and it is woken, or the sleeper sees this store before it sleeps.
@@ -62,6 +62,9 @@ void ShmArena::markGaveUp(uint32_t seq) {
   SlotHeader* h = header(rank_, seq);
   if (h->seq.load(std::memory_order_relaxed) != seq) return;
   std::atomic_ref<uint32_t>(h->bytes).store(kGaveUpBytes, std::memory_order_seq_cst);
+  // The caller's next stores (to the buffers it now reuses) must not be seen before the mark:
+  // a seq_cst store alone does not order later plain stores on weakly ordered CPUs.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 bool ShmArena::gaveUp(int peer, uint32_t seq) const {

@@ -71,6 +71,10 @@ class ShmArena {
     return header(peer, seq)->seq.load(std::memory_order_acquire) == seq;
   }
   const SlotHeader& slot(int peer, uint32_t seq) const { return *header(peer, seq); }
+  // The size a peer's slot holds: read atomically, as markGaveUp may be writing it.
+  uint32_t slotBytes(int peer, uint32_t seq) const {
+    return std::atomic_ref<uint32_t>(header(peer, seq)->bytes).load(std::memory_order_relaxed);
+  }
   const void* peerData(int peer, uint32_t seq, size_t bytes) const { return data(peer, seq, bytes); }
 
   // Marks this rank's slot of call `seq`, published already, as given up: the call failed here
