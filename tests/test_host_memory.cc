@@ -229,8 +229,8 @@ TEST_CASE("below the threshold, weftHostMemAlloc buffers take the usual path", "
 
 TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail, not succeed",
           "[host-memory][multiprocess]") {
-  // Rank 1 stops itself (SIGSTOP) a few milliseconds into a large all-reduce, while it sums its
-  // block out of rank 0's input. Rank 0 sums its own, times out waiting for rank 1, rewrites its
+  // Rank 1 stops itself (SIGSTOP) early in a large all-reduce, while it sums its block out of
+  // rank 0's input. Rank 0 sums its own, times out waiting for rank 1, rewrites its
   // input as a caller reusing it would, and lets rank 1 go on (SIGCONT). Summing on from the
   // rewritten input, rank 1 would hand back wrong sums as a success; it must fail instead.
   // Rank 2 is done with its block and waits for the others: it must fail as soon as rank 0 gives
@@ -257,8 +257,15 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
     int64_t together = 0;
     RANK_WEFT(ctx, weftAllReduce(&pid, &together, 1, weftInt64, weftMax, comm, nullptr));  // start together
     if (ctx.rank == 1) {
-      std::thread stopper([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      // Stops as soon as this rank writes the first sum of its block, which only it writes: it is
+      // then past the rounds that let its peers start, and has most of its block still to do.
+      float* firstSum = static_cast<float*>(recv) + (kCount / 3 + std::min<size_t>(1, kCount % 3));
+      *firstSum = 0.0f;
+      std::thread stopper([firstSum] {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (std::atomic_ref<float>(*firstSum).load(std::memory_order_relaxed) == 0.0f &&
+               std::chrono::steady_clock::now() < until) {
+        }
         kill(getpid(), SIGSTOP);
       });
       const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);

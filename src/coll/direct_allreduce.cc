@@ -138,7 +138,9 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
     return failure;
   };
   *static_cast<uint8_t*>(arena.ownData(s, 1)) = mapped;
-  if (Status st = publishAndAwait(arena, s, 1, call.tag, context, &deadline); !st.isOk()) return giveUp(st);
+  if (Status st = publishAndAwait(arena, s, 1, call.tag, context, &deadline, mappedSeq); !st.isOk()) {
+    return giveUp(st);
+  }
   for (int r = 0; r < n; ++r) {
     if (*static_cast<const uint8_t*>(arena.peerData(r, s, 1)) == 0) {
       if (r != me) *whyNot = formatString("rank %d could not map its peers' buffers", r);
