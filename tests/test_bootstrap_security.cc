@@ -202,9 +202,15 @@ TEST_CASE("flood eviction: the oldest connection of the host that holds the most
   // A tie: the oldest of all.
   pending = {at("10.0.0.3:9"), at("10.0.0.1:7")};
   CHECK(core::connectionToEvict(pending) == 0);
-  // Ports do not make hosts; families do.
+  // Ports do not make sources; families do, and an IPv6 /64 is one source.
   pending = {at("[::1]:1"), at("127.0.0.1:1"), at("127.0.0.1:2"), at("[::1]:2"), at("[::1]:3")};
   CHECK(core::connectionToEvict(pending) == 0);
+  pending = {at("[2001:db8::1]:1"), at("[2001:db8:0:1::1]:1"), at("[2001:db8:0:1::2]:1"), at("[2001:db8::2]:1"),
+             at("[2001:db8:0:1::3]:1")};
+  CHECK(core::connectionToEvict(pending) == 1);
+  // IPv4 addresses mapped into IPv6 stay one host each.
+  pending = {at("[::ffff:10.0.0.1]:1"), at("[::ffff:10.0.0.2]:1"), at("[::ffff:10.0.0.2]:2")};
+  CHECK(core::connectionToEvict(pending) == 1);
   pending = {at("127.0.0.1:1")};
   CHECK(core::connectionToEvict(pending) == 0);
 }

@@ -236,10 +236,13 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
   // Rank 2 is done with its block and waits for the others: it must fail as soon as rank 0 gives
   // up, while rank 1 is still stopped, not wait out its own, longer timeout.
   constexpr size_t kCount = 32 << 20;  // 128 MiB of floats: rank 1's block takes many milliseconds
-  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  struct Returned {
+    std::atomic<int> rank1{0}, rank2{0};
+  };
+  void* shared = mmap(nullptr, sizeof(Returned), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(shared != MAP_FAILED);
-  auto* rank2Returned = new (shared) std::atomic<int>(0);
-  auto outcomes = runRanks(3, [rank2Returned](RankContext& ctx) {
+  auto* returned = new (shared) Returned;
+  auto outcomes = runRanks(3, [returned](RankContext& ctx) {
     weftComm_t comm = rankComm(ctx, ctx.rank == 0 ? 2000 : (ctx.rank == 1 ? 10000 : 60000));
     if (comm == nullptr) return 1;
     const int64_t pid = getpid();
@@ -261,15 +264,19 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
       // then past the rounds that let its peers start, and has most of its block still to do.
       float* firstSum = static_cast<float*>(recv) + (kCount / 3 + std::min<size_t>(1, kCount % 3));
       *firstSum = 0.0f;
-      std::thread stopper([firstSum] {
+      std::atomic<bool> callReturned{false};
+      std::thread stopper([firstSum, &callReturned] {
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (std::atomic_ref<float>(*firstSum).load(std::memory_order_relaxed) == 0.0f &&
+        while (std::atomic_ref<float>(*firstSum).load(std::memory_order_relaxed) == 0.0f && !callReturned.load() &&
                std::chrono::steady_clock::now() < until) {
+          std::this_thread::yield();
         }
-        kill(getpid(), SIGSTOP);
+        if (!callReturned.load()) kill(getpid(), SIGSTOP);
       });
       const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);
+      callReturned.store(true);
       stopper.join();
+      returned->rank1.store(1);
       const char* error = weftGetLastError(comm);
       RANK_CHECK(ctx, rc == weftRemoteError && contains(error, "rank 0") && contains(error, "gave up on this call"),
                  "after rank 0 gave up and rewrote its input: %s: %s", weftGetErrorString(rc), error);
@@ -281,22 +288,27 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
       RANK_CHECK(ctx, rc == weftRemoteError && contains(error, "rank 0") && contains(error, "gave up on this call"),
                  "rank 2, done with its block: %s: %s", weftGetErrorString(rc), error);
       RANK_CHECK(ctx, seconds < 10.0, "rank 2 failed only after %.1f s", seconds);
-      rank2Returned->store(1);
+      returned->rank2.store(1);
     } else {
       const weftResult_t rc = weftAllReduce(send, recv, kCount, weftFloat32, weftSum, comm, nullptr);
       RANK_CHECK(ctx, rc == weftTimeout, "rank 0: %s: %s", weftGetErrorString(rc), weftGetLastError(comm));
       std::fill(in, in + kCount, -1.0f);
       const auto giveUpAt = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-      while (rank2Returned->load() == 0 && std::chrono::steady_clock::now() < giveUpAt) {
+      while (returned->rank2.load() == 0 && std::chrono::steady_clock::now() < giveUpAt) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      kill(static_cast<pid_t>(pids[1]), SIGCONT);
+      // Again and again until rank 1 is through: its stopper may stop it after the first.
+      const auto contUntil = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      do {
+        kill(static_cast<pid_t>(pids[1]), SIGCONT);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } while (returned->rank1.load() == 0 && std::chrono::steady_clock::now() < contUntil);
     }
     RANK_WEFT(ctx, weftCommAbort(comm));
     RANK_WEFT(ctx, weftHostMemFree(send));
     RANK_WEFT(ctx, weftHostMemFree(recv));
     return 0;
   });
-  munmap(shared, sizeof(std::atomic<int>));
+  munmap(shared, sizeof(Returned));
   expectAllPassed(outcomes);
 }

@@ -68,7 +68,13 @@ constexpr int kPeersStopMs = 200;
 // published `mappedSeq` needs no wait: it checks the marks before its first write, and since
 // this rank's mark came before its look, the peer sees the mark (both sequentially consistent).
 // A peer stopped for longer (a debugger, SIGSTOP) may still write one chunk after this returns.
+// Where a rank said it could not map (its byte in that round is 0), every rank takes the
+// copying path and none writes here.
 void awaitPeersStopped(const transport::ShmArena& arena, uint32_t mappedSeq) {
+  for (int peer = 0; peer < arena.size(); ++peer) {
+    const bool said = peer == arena.rank() || arena.published(peer, mappedSeq);
+    if (said && *static_cast<const uint8_t*>(arena.peerData(peer, mappedSeq, 1)) == 0) return;
+  }
   const Deadline deadline = Deadline::afterMs(kPeersStopMs);
   for (int peer = 0; peer < arena.size(); ++peer) {
     if (peer == arena.rank()) continue;

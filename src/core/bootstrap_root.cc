@@ -150,7 +150,9 @@ class RootServer {
   }
 
   void acceptNew() {
-    for (;;) {
+    // At most a full table's worth per look, so that a flood cannot keep the root from reading
+    // hellos and from its deadline.
+    for (size_t accepted = 0; accepted < kMaxPending; ++accepted) {
       PendingConnection p;
       auto fd = transport::acceptNow(listenFd_.get(), &p.from);
       if (!fd.isOk()) {

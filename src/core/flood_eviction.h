@@ -1,8 +1,10 @@
 // Which connection makes room when a listener's table of connections that have not said hello
-// is full (the bootstrap root's, a rank's peer mesh): the oldest one from the source host that
-// holds the most. One host flooding the port then evicts only its own connections, and a real
-// rank's connection, from a host that holds few, keeps its place. A flood from as many hosts as
-// the table has places can still evict it; the secret keeps every one of them out regardless.
+// is full (the bootstrap root's, a rank's peer mesh): the oldest one from the source that holds
+// the most, a source being an IPv4 address or an IPv6 /64 (what one site is given). One host
+// flooding the port then evicts only its own connections, and a real rank's connection, from a
+// host that holds few, keeps its place. A flood from as many sources as the table has places
+// (many hosts, or one local user binding addresses all over 127/8) can still evict it; the
+// secret keeps every one of them out regardless.
 #pragma once
 
 #include <algorithm>
@@ -17,9 +19,14 @@
 
 namespace weft::core {
 
-// The address without its port: family and address bytes.
-inline std::array<uint8_t, 18> sourceHostOf(const transport::SocketAddress& address) {
+// The source of a connection: its family and its IPv4 address or IPv6 /64 (an IPv4 address
+// mapped into IPv6 whole).
+inline std::array<uint8_t, 18> sourceOf(const transport::SocketAddress& address) {
   transport::WireAddress wire = transport::toWire(address);
+  static constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (address.family() == AF_INET6 && std::memcmp(wire.addr, kMappedPrefix, sizeof(kMappedPrefix)) != 0) {
+    std::memset(wire.addr + 8, 0, 8);
+  }
   std::array<uint8_t, 18> key{};
   std::memcpy(key.data(), &wire.family, sizeof(wire.family));
   std::memcpy(key.data() + sizeof(wire.family), wire.addr, sizeof(wire.addr));
@@ -30,11 +37,11 @@ inline std::array<uint8_t, 18> sourceHostOf(const transport::SocketAddress& addr
 // connection to drop. `pending` must not be empty.
 template <typename Pending>
 size_t connectionToEvict(const std::vector<Pending>& pending) {
-  std::map<std::array<uint8_t, 18>, size_t> perHost;
+  std::map<std::array<uint8_t, 18>, size_t> perSource;
   size_t most = 0;
-  for (const Pending& p : pending) most = std::max(most, ++perHost[sourceHostOf(p.from)]);
+  for (const Pending& p : pending) most = std::max(most, ++perSource[sourceOf(p.from)]);
   for (size_t i = 0; i < pending.size(); ++i) {
-    if (perHost[sourceHostOf(pending[i].from)] == most) return i;
+    if (perSource[sourceOf(pending[i].from)] == most) return i;
   }
   return 0;
 }
