@@ -2,8 +2,12 @@
 // parent stays single-threaded; rank 0 makes the unique id and shares it through a shared page.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <functional>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,25 @@ struct RankOutcome {
 struct LaunchOptions {
   bool makeId = true;
   int timeoutMs = 120000;  // the whole group is killed after this
+};
+
+// A T (atomics: flags and pids the ranks tell each other) in a MAP_SHARED page, made before
+// runRanks forks so that the parent and every rank see the one object; unmapped when it goes.
+template <typename T>
+class SharedAcrossRanks {
+ public:
+  SharedAcrossRanks() {
+    void* page = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) throw std::runtime_error("mmap of a shared page failed");
+    value_ = new (page) T{};
+  }
+  ~SharedAcrossRanks() { munmap(value_, sizeof(T)); }
+  SharedAcrossRanks(const SharedAcrossRanks&) = delete;
+  SharedAcrossRanks& operator=(const SharedAcrossRanks&) = delete;
+  T* get() const { return value_; }
+
+ private:
+  T* value_;
 };
 
 // Forks nranks processes running body(ctx); a rank's exit code is body's return value, or 1

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,10 +120,8 @@ TEST_CASE("bootstrap: a silent connection does not delay the job", "[bootstrap][
   // The stranger holds its connection open, saying nothing, until both ranks are through init:
   // a root that waited on it would hold init for its 10 s hello deadline. Init itself takes up
   // to a few seconds under a sanitizer beside another test (topology discovery).
-  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(shared != MAP_FAILED);
-  auto* initialized = new (shared) std::atomic<int>(0);
-  auto outcomes = runRanks(3, [initialized](RankContext& ctx) {
+  SharedAcrossRanks<std::atomic<int>> shared;
+  auto outcomes = runRanks(3, [initialized = shared.get()](RankContext& ctx) {
     if (ctx.rank == 2) {
       auto id = core::decodeUniqueId(ctx.id);
       auto fd = transport::connectTo(id.value().root, Deadline::afterMs(5000));
@@ -145,7 +142,6 @@ TEST_CASE("bootstrap: a silent connection does not delay the job", "[bootstrap][
     if (comm != nullptr) RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   });
-  munmap(shared, sizeof(std::atomic<int>));
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }

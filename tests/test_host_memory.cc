@@ -239,10 +239,8 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
   struct Returned {
     std::atomic<int> rank1{0}, rank2{0};
   };
-  void* shared = mmap(nullptr, sizeof(Returned), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(shared != MAP_FAILED);
-  auto* returned = new (shared) Returned;
-  auto outcomes = runRanks(3, [returned](RankContext& ctx) {
+  SharedAcrossRanks<Returned> shared;
+  auto outcomes = runRanks(3, [returned = shared.get()](RankContext& ctx) {
     weftComm_t comm = rankComm(ctx, ctx.rank == 0 ? 2000 : (ctx.rank == 1 ? 10000 : 60000));
     if (comm == nullptr) return 1;
     const int64_t pid = getpid();
@@ -309,6 +307,5 @@ TEST_CASE("a rank that gives up on a direct all-reduce makes a slower peer fail,
     RANK_WEFT(ctx, weftHostMemFree(recv));
     return 0;
   });
-  munmap(shared, sizeof(Returned));
   expectAllPassed(outcomes);
 }

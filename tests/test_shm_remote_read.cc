@@ -5,7 +5,6 @@
 // ordered through a shared page, not by sleeping.
 #include <catch2/catch.hpp>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,9 +44,8 @@ bool awaitFlag(const std::atomic<int>& flag) {
 }  // namespace
 
 TEST_CASE("shm: a late receiver does not read a buffer its timed-out sender reused", "[shm][faults]") {
-  void* page = mmap(nullptr, sizeof(Handoff), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(page != MAP_FAILED);
-  auto* handoff = new (page) Handoff;
+  SharedAcrossRanks<Handoff> shared;
+  Handoff* handoff = shared.get();
   setenv("WEFT_TRANSPORT", "shm", 1);
   setenv("WEFT_SHM_REMOTE_READ_MIN_BYTES", "0", 1);
   auto outcomes = runRanks(2, [handoff](RankContext& ctx) {
@@ -98,7 +96,6 @@ TEST_CASE("shm: a late receiver does not read a buffer its timed-out sender reus
   unsetenv("WEFT_SHM_REMOTE_READ_MIN_BYTES");
   unsetenv("WEFT_TRANSPORT");
   const bool tested = handoff->remoteReadOk.load() == 1;
-  munmap(page, sizeof(Handoff));
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
   if (!tested) WARN("process_vm_readv is not permitted between the ranks here: nothing to withdraw, not tested");

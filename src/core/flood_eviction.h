@@ -21,13 +21,14 @@ namespace weft::core {
 
 // The source of a connection: its family and its IPv4 address or IPv6 /64 (an IPv4 address
 // mapped into IPv6 whole).
-inline std::array<uint8_t, 18> sourceOf(const transport::SocketAddress& address) {
+using ConnectionSource = std::array<uint8_t, 18>;
+inline ConnectionSource sourceOf(const transport::SocketAddress& address) {
   transport::WireAddress wire = transport::toWire(address);
   static constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   if (address.family() == AF_INET6 && std::memcmp(wire.addr, kMappedPrefix, sizeof(kMappedPrefix)) != 0) {
     std::memset(wire.addr + 8, 0, 8);
   }
-  std::array<uint8_t, 18> key{};
+  ConnectionSource key{};
   std::memcpy(key.data(), &wire.family, sizeof(wire.family));
   std::memcpy(key.data() + sizeof(wire.family), wire.addr, sizeof(wire.addr));
   return key;
@@ -37,11 +38,16 @@ inline std::array<uint8_t, 18> sourceOf(const transport::SocketAddress& address)
 // connection to drop. `pending` must not be empty.
 template <typename Pending>
 size_t connectionToEvict(const std::vector<Pending>& pending) {
-  std::map<std::array<uint8_t, 18>, size_t> perSource;
+  std::vector<ConnectionSource> sources;
+  sources.reserve(pending.size());
+  std::map<ConnectionSource, size_t> perSource;
   size_t most = 0;
-  for (const Pending& p : pending) most = std::max(most, ++perSource[sourceOf(p.from)]);
-  for (size_t i = 0; i < pending.size(); ++i) {
-    if (perSource[sourceOf(pending[i].from)] == most) return i;
+  for (const Pending& p : pending) {
+    sources.push_back(sourceOf(p.from));
+    most = std::max(most, ++perSource[sources.back()]);
+  }
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (perSource[sources[i]] == most) return i;
   }
   return 0;
 }
