@@ -294,7 +294,7 @@ WEFT_API weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
 
 /* Host memory that the ranks of one host can read from each other directly (Weft's host
  * counterpart of ncclMemAlloc; size > 0, *ptr page-aligned; pages come on first touch, as
- * malloc's do). An all-reduce of 4 MiB or more on a communicator whose ranks are all on one
+ * malloc's do). An all-reduce of 256 KiB or more on a communicator whose ranks are all on one
  * host and talk through shared memory, whose send and receive buffers lie within such
  * allocations on every rank, reads the peers' inputs where they lie instead of copying them
  * through shared-memory segments (unless WEFT_ALGO forces an all-reduce algorithm, or the

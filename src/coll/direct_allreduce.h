@@ -28,10 +28,12 @@
 namespace weft::coll {
 
 // The smallest all-reduce that tries the direct path. On the 2-core development
-// VM (2 ranks) it was about even with the ring from 8 MiB up and ahead at 4 MiB
-// out of place, behind below 2 MiB where the ring's data stays in cache
-// (bench/results/2026-11-28-direct-allreduce.md).
-constexpr size_t kDirectMinBytes = 4 * 1024 * 1024;
+// VM it was 1.3-3.7x faster than the ring from 256 KiB to 2 MiB on 2 and 4 ranks
+// (bench/results/2026-11-29-direct-allreduce-threshold.md), and faster down to
+// 32 KiB; but where some rank's buffers are not shared, the first round is a
+// cost the copying path pays for nothing, about 1-2 us: 10% of a 64 KiB
+// all-reduce, lost in the noise from 256 KiB.
+constexpr size_t kDirectMinBytes = 256 * 1024;
 
 struct DirectAllReduce {
   const void* send;
