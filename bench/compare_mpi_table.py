@@ -276,7 +276,7 @@ def write_record(args, sections):
         f"{', and the probe measures under the same sharing' if bound_text else ''}."
         + (" Weft's ranks (and the probe's) run under `weftrun --bind-to core` where there are "
            "at most 2 of them, as Open MPI binds its own by default." if args.bound else "")
-        + (" Weft's buffers come from weftHostMemAlloc (weft-perf -H): all-reduces of 4 MiB or "
+        + (" Weft's buffers come from weftHostMemAlloc (weft-perf -H): all-reduces of 256 KiB or "
            "more read the peers' buffers directly (src/coll/direct_allreduce.cc); Open MPI's are "
            "plain host memory." if args.host_mem else ""),
         "",

@@ -87,7 +87,7 @@ TEST_CASE("ddp: gradients averaged across ranks, buckets started before finish",
 }
 
 TEST_CASE("ddp: large buckets on one host are averaged reading the peers' buckets directly", "[ddp][multiprocess]") {
-  // Buckets come from weftHostMemAlloc, so a bucket of 4 MiB or more takes the direct path
+  // Buckets come from weftHostMemAlloc, so a bucket of 256 KiB or more takes the direct path
   // (coll/direct_allreduce.h); each rank's log says so. The parent never logs itself, so the
   // ranks' WEFT_DEBUG takes effect.
   setenv("WEFT_DEBUG", "INFO", 1);
