@@ -28,11 +28,12 @@
 namespace weft::coll {
 
 // The smallest all-reduce that tries the direct path. On the 2-core development
-// VM it was 1.3-3.7x faster than the ring from 256 KiB to 2 MiB on 2 and 4 ranks
+// VM it was faster than the ring from 256 KiB to 2 MiB on 2 and 4 ranks, by
+// medians of 1.1-2.4x out of place and 1.2-2.5x in place
 // (bench/results/2026-11-29-direct-allreduce-threshold.md), and faster down to
 // 32 KiB; but where some rank's buffers are not shared, the first round is a
 // cost the copying path pays for nothing, about 1-2 us: 10% of a 64 KiB
-// all-reduce, lost in the noise from 256 KiB.
+// all-reduce, up to 4% at 256 KiB (medians of paired rounds), less above.
 constexpr size_t kDirectMinBytes = 256 * 1024;
 
 struct DirectAllReduce {
