@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,8 +63,8 @@ std::string readFile(const std::string& path) {
 }  // namespace
 
 std::vector<RankOutcome> runRanks(int nranks, const std::function<int(RankContext&)>& body, LaunchOptions options) {
-  void* page = mmap(nullptr, sizeof(SharedId), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  auto* shared = new (page) SharedId{};
+  SharedAcrossRanks<SharedId> sharedId;
+  SharedId* shared = sharedId.get();
   std::vector<pid_t> pids(static_cast<size_t>(nranks), -1);
   std::vector<std::string> logs(static_cast<size_t>(nranks));
   std::fflush(stdout);
@@ -118,7 +117,6 @@ std::vector<RankOutcome> runRanks(int nranks, const std::function<int(RankContex
     outcomes[static_cast<size_t>(r)].output += readFile(logs[static_cast<size_t>(r)]);
     unlink(logs[static_cast<size_t>(r)].c_str());
   }
-  munmap(page, sizeof(SharedId));
   return outcomes;
 }
 
