@@ -175,14 +175,17 @@ TEST_CASE("peer mesh: a rank out of file descriptors says so, not that its peer 
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
-TEST_CASE("shm: a rank gone while a child it forked holds its sockets is reported at once", "[shm][multiprocess]") {
-  // A DataLoader worker forked by the rank keeps the rank's ends of the shared-memory control
-  // sockets open, so its death shows no EOF: the survivor must see the process gone instead,
-  // in the ring (1 MiB) and in the arena (4 bytes), rather than wait out its 20 s timeout.
+namespace {
+
+// Rank 1 forks a worker (as a DataLoader would) and exits without a word: the worker keeps the
+// rank's ends of its sockets open, so its death shows the survivor no EOF. The survivor must see
+// the process gone instead, in the ring (1 MiB) and the smallest call (4 bytes: over shared
+// memory, the arena), rather than wait out its 20 s timeout.
+void expectForkedWorkerHidesNoDeath(const char* transport) {
   for (const size_t count : {size_t{1} << 18, size_t{1}}) {
-    DYNAMIC_SECTION(count * 4 << " bytes") {
-      auto outcomes = runRanks(2, [count](RankContext& ctx) {
-        setenv("WEFT_TRANSPORT", "shm", 1);
+    DYNAMIC_SECTION(transport << ", " << count * 4 << " bytes") {
+      auto outcomes = runRanks(2, [count, transport](RankContext& ctx) {
+        setenv("WEFT_TRANSPORT", transport, 1);
         weftComm_t comm = rankComm(ctx, 20000);
         if (comm == nullptr) return 1;
         std::vector<float> v(count, 1.0f);
@@ -202,4 +205,15 @@ TEST_CASE("shm: a rank gone while a child it forked holds its sockets is reporte
       for (const auto& o : outcomes) CHECK(o.exitCode == 0);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("shm: a rank gone while a child it forked holds its sockets is reported at once", "[shm][multiprocess]") {
+  expectForkedWorkerHidesNoDeath("shm");
+}
+
+TEST_CASE("socket: a rank gone while a child it forked holds its sockets is reported at once",
+          "[socket][multiprocess]") {
+  expectForkedWorkerHidesNoDeath("socket");
 }

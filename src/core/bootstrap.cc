@@ -10,6 +10,7 @@
 
 #include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
+#include "transport/process_liveness.h"
 #include "transport/socket/interface_select.h"
 #include "util/log.h"
 
@@ -53,6 +54,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
   hello.nranks = nranks;
   hello.timeoutMs = timeoutMs;
   hello.pid = static_cast<uint32_t>(::getpid());
+  hello.pidNamespace = transport::pidNamespaceId();
   hello.hostHash = localHostHash();
   hello.listen = transport::toWire(bound);
   for (int nic = 0; nic < kMaxRails; ++nic) {

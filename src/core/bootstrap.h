@@ -20,6 +20,7 @@ struct PeerInfo {
   std::string hostName;
   uint64_t hostHash = 0;  // equal on ranks that share a host (same boot id and hostname)
   uint32_t pid = 0;
+  uint32_t pidNamespace = 0;  // where its pid means it (transport::pidNamespaceId); 0 unknown
   uint16_t settingsDigest = 0;  // see joinRendezvous
   plan::RankPlacement placement;  // .host is not on the wire: the planner derives it from hostHash
 };

@@ -260,6 +260,7 @@ class RootServer {
     rec.listen = h.listen;
     std::memcpy(rec.rails, h.rails, sizeof(rec.rails));
     rec.pid = h.pid;
+    rec.pidNamespace = h.pidNamespace;
     rec.settingsDigest = h.settingsDigest;
     rec.hostHash = h.hostHash;
     std::memcpy(rec.hostName, h.hostName, sizeof(rec.hostName));

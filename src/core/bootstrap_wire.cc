@@ -48,6 +48,7 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
       peers[r].rails[static_cast<size_t>(nic)] = rail.value();
     }
     peers[r].pid = records[r].pid;
+    peers[r].pidNamespace = records[r].pidNamespace;
     peers[r].hostHash = records[r].hostHash;
     peers[r].settingsDigest = static_cast<uint16_t>(records[r].settingsDigest);
     peers[r].hostName.assign(records[r].hostName, strnlen(records[r].hostName, sizeof(records[r].hostName)));

@@ -49,6 +49,7 @@ struct RankHello {
   transport::WireAddress rails[kMaxRails];  // per NIC of its host (core/rails.h); family 0: none
   char hostName[kHostNameBytes];
   WirePlacement placement;
+  uint32_t pidNamespace;  // transport::pidNamespaceId(); 0 unknown (and from a rank before it)
 };
 
 // What every rank learns about every other.
@@ -57,12 +58,14 @@ struct PeerRecord {
   transport::WireAddress rails[kMaxRails];
   uint32_t pid;
   uint32_t settingsDigest;  // the rank's hello's
+  uint32_t pidNamespace;    // the rank's hello's
   uint64_t hostHash;
   char hostName[kHostNameBytes];
   WirePlacement placement;
 };
 
-// The layouts tests/fuzz/make_seeds.py writes (LP64); a change here is a new protocol version.
+// The layouts tests/fuzz/make_seeds.py writes (LP64); a change here is a new protocol version,
+// unless it only puts a field where there was padding, which older ranks send as 0.
 static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 248 && sizeof(PeerRecord) == 200);
 
 // The root's answer: on success followed by nranks PeerRecords.

@@ -188,7 +188,14 @@ Status PeerMesh::adopt(int peer, std::vector<UniqueFd> streams, const Deadline& 
   } else if (shm_.policy == transport::ShmPolicy::Required) {
     return Status(weftInvalidUsage, "WEFT_TRANSPORT=shm, but " + describe(peer) + " is on another host");
   }
-  if (!slot) slot = std::make_unique<transport::SocketConnection>(peer, info.hostName, std::move(streams));
+  if (!slot) {
+    // Its process can be watched where its pid means it here: same host, same pid namespace.
+    const PeerInfo& me = this->peer(rank_);
+    const bool samePids =
+        info.hostHash == me.hostHash && info.pidNamespace != 0 && info.pidNamespace == me.pidNamespace;
+    slot = std::make_unique<transport::SocketConnection>(peer, info.hostName, std::move(streams),
+                                                         samePids ? static_cast<pid_t>(info.pid) : 0);
+  }
   WEFT_INFO("rank %d: %s connection to %s", rank_, slot->kind(), describe(peer).c_str());
   return Status::ok();
 }

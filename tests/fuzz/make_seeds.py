@@ -44,7 +44,7 @@ def rank_hello(rank=1, nranks=4):
     host = b"seed-host".ljust(64, b"\0")
     return (struct.pack("<IHH", 0x4C454857, PROTOCOL, 0) + SECRET +  # magic, version, settings digest
             struct.pack("<iiiIQ", rank, nranks, 30000, 1234, 0xABCDEF) + wire_address(40000) + rails(40000) +
-            host + placement(nics=2) + bytes(4))  # padding to the struct's 8-byte alignment
+            host + placement(nics=2) + struct.pack("<I", 0xEFFFFFFC))  # pid namespace
 
 
 def root_reply(nranks, result=0, message=b""):
@@ -52,8 +52,8 @@ def root_reply(nranks, result=0, message=b""):
 
 
 def peer_record(port):
-    # listen (20 bytes), rails (80), pid, settings digest, 4 bytes of padding, hostHash, hostName
-    return (wire_address(port) + rails(port) + struct.pack("<II4xQ", 99, 0, 7) + b"peer".ljust(64, b"\0") +
+    # listen (20 bytes), rails (80), pid, settings digest, pid namespace, hostHash, hostName
+    return (wire_address(port) + rails(port) + struct.pack("<IIIQ", 99, 0, 0xEFFFFFFC, 7) + b"peer".ljust(64, b"\0") +
             placement(nics=2))
 
 

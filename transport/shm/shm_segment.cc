@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -15,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "transport/process_liveness.h"
 #include "transport/socket/socket_util.h"
 #include "util/log.h"
 
@@ -55,12 +55,6 @@ size_t shmFreeBytes() {
 
 namespace {
 
-// Pids in names compare only within one pid namespace (containers may share /dev/shm).
-unsigned long long pidNamespace() {
-  struct stat st{};
-  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
-}
-
 // The creator written into a segment's name: "weft-<tag>-<pid namespace>.<pid>-<nonce>".
 bool creatorOf(const std::string& name, unsigned long long* ns, long* pid) {
   const size_t nonceDash = name.rfind('-');
@@ -72,71 +66,10 @@ bool creatorOf(const std::string& name, unsigned long long* ns, long* pid) {
   return std::sscanf(creator.c_str(), "%llx.%ld%c", ns, pid, &tail) == 2;
 }
 
-enum class TaskState { Running, Going, Gone, Unknown };
-
-// One task's state from its /proc stat file: Going when a zombie or exiting (PF_EXITING), Gone
-// when it has no file any more, Unknown when the file cannot be read.
-TaskState taskState(const std::string& statPath) {
-  FILE* file = std::fopen(statPath.c_str(), "re");
-  if (file == nullptr) return errno == ENOENT || errno == ESRCH ? TaskState::Gone : TaskState::Unknown;
-  char line[512] = {};
-  const size_t got = std::fread(line, 1, sizeof(line) - 1, file);
-  std::fclose(file);
-  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold spaces and
-  // parentheses, so the fields start after the last ')'.
-  const char* close = got > 0 ? std::strrchr(line, ')') : nullptr;
-  char state = 0;
-  unsigned long flags = 0;
-  if (close == nullptr || std::sscanf(close + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) {
-    return TaskState::Unknown;
-  }
-  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
-  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0 ? TaskState::Going : TaskState::Running;
-}
-
-// Whether /proc shows this process's pid namespace (it may be absent, or the host's).
-bool procIsOurs() {
-  static const bool ours = [] {
-    long pid = 0;
-    FILE* file = std::fopen("/proc/self/stat", "re");
-    if (file == nullptr) return false;
-    const bool read = std::fscanf(file, "%ld", &pid) == 1;
-    std::fclose(file);
-    return read && pid == ::getpid();
-  }();
-  return ours;
-}
-
-// Whether the process is gone or going: no such pid, or every one of its threads a zombie or
-// exiting. A zombie its parent has not reaped yet (a launcher that waits for its last child)
-// counts, and so does a rank killed a moment ago, whose closed sockets its peers may see
-// before it is a zombie. When in doubt it is alive: this fails live collectives when wrong.
-bool processGone(long pid) {
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
-  if (!procIsOurs()) return false;
-  const std::string dir = "/proc/" + std::to_string(pid);
-  // The leader's state is the process's unless it left early (pthread_exit in main): then the
-  // other threads say whether the process lives.
-  if (taskState(dir + "/stat") != TaskState::Going) return false;
-  DIR* tasks = ::opendir((dir + "/task").c_str());
-  if (tasks == nullptr) return errno == ENOENT;
-  bool going = true;
-  while (const dirent* entry = ::readdir(tasks)) {
-    if (entry->d_name[0] == '.') continue;
-    const TaskState state = taskState(dir + "/task/" + entry->d_name + "/stat");
-    if (state == TaskState::Running || state == TaskState::Unknown) {
-      going = false;
-      break;
-    }
-  }
-  ::closedir(tasks);
-  return going;
-}
-
 }  // namespace
 
 bool ShmSegment::creatorGone(const std::string& name) {
-  const unsigned long long mine = pidNamespace();
+  const unsigned long long mine = static_cast<unsigned long long>(pidNamespaceId());
   unsigned long long ns = 0;
   long pid = 0;
   const std::string base = name.rfind('/', 0) == 0 ? name.substr(1) : name;
@@ -146,7 +79,7 @@ bool ShmSegment::creatorGone(const std::string& name) {
 // Segments are unlinked once mapped, but a process killed before its peer mapped one (SIGKILL,
 // or SIGTERM while a setup waits) leaves the name.
 int ShmSegment::removeOrphans() {
-  const unsigned long long mine = pidNamespace();
+  const unsigned long long mine = static_cast<unsigned long long>(pidNamespaceId());
   if (mine == 0) return 0;  // unknown: another container's pids could look like ours
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return 0;
@@ -175,7 +108,8 @@ Result<ShmSegment> ShmSegment::create(const std::string& tag, size_t bytes) {
     return Status(weftSystemError, "getrandom: " + errnoString(errno));
   }
   ShmSegment segment;
-  segment.name_ = formatString("/weft-%s-%llx.%ld-%012llx", tag.c_str(), pidNamespace(), static_cast<long>(::getpid()),
+  segment.name_ = formatString("/weft-%s-%llx.%ld-%012llx", tag.c_str(),
+                               static_cast<unsigned long long>(pidNamespaceId()), static_cast<long>(::getpid()),
                                static_cast<unsigned long long>(nonce & 0xffffffffffffull));
   if (segment.name_.size() > kMaxNameLength) {
     return Status(weftInternalError, "the shared-memory segment name " + segment.name_ + " is too long");

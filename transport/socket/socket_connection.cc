@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
+
+#include "transport/process_liveness.h"
 
 namespace weft::transport {
 
-SocketConnection::SocketConnection(int peerRank, std::string peerName, std::vector<UniqueFd> streams)
-    : peerRank_(peerRank), peerName_(std::move(peerName)), streams_(std::move(streams)) {
+SocketConnection::SocketConnection(int peerRank, std::string peerName, std::vector<UniqueFd> streams, pid_t peerPid)
+    : peerRank_(peerRank), peerName_(std::move(peerName)), streams_(std::move(streams)), peerPid_(peerPid) {
   sends_.parts.resize(streams_.size());
   recvs_.parts.resize(streams_.size());
 }
@@ -138,11 +141,43 @@ Status SocketConnection::progressRecv(size_t stream, bool* progressed) {
 }
 
 Status SocketConnection::progress(bool* progressed) {
+  bool moved = false;
   for (size_t s = 0; s < streams_.size(); ++s) {
-    if (!sends_.parts[s].empty()) WEFT_TRY(progressSend(s, progressed));
-    if (!recvs_.parts[s].empty()) WEFT_TRY(progressRecv(s, progressed));
+    if (!sends_.parts[s].empty()) WEFT_TRY(progressSend(s, &moved));
+    if (!recvs_.parts[s].empty()) WEFT_TRY(progressRecv(s, &moved));
+  }
+  if (moved) {
+    *progressed = true;
+    movedSinceLook_ = true;
+  } else if (peerExited_ && pending()) {
+    return Status(weftRemoteError,
+                  formatString("lost the connection to rank %d (%s, pid %d): it exited, though its sockets are still "
+                               "open (a process it forked may hold them)",
+                               peerRank_, peerName_.c_str(), static_cast<int>(peerPid_)));
   }
   return Status::ok();
+}
+
+bool SocketConnection::prepareToSleep() {
+  if (peerPid_ <= 0 || !pending()) return true;
+  if (peerExited_) return false;  // progress() says so
+  const auto now = std::chrono::steady_clock::now();
+  if (now < nextProcessLook_) return true;
+  nextProcessLook_ = now + kProcessLookInterval;
+  const bool moved = std::exchange(movedSinceLook_, false);
+  if (!processGone(peerPid_)) {
+    sawGone_ = false;
+    return true;
+  }
+  // What it sent before it went may still be on its way (the kernel goes on sending a dead
+  // process's queued bytes as this side reads, while its socket stays open), so it counts as
+  // exited once a whole look has passed with nothing moving.
+  if (sawGone_ && !moved) {
+    peerExited_ = true;
+    return false;
+  }
+  sawGone_ = true;
+  return true;
 }
 
 void SocketConnection::addPollFds(std::vector<pollfd>* fds) const {

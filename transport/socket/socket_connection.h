@@ -4,8 +4,16 @@
 // receiver's buffer before the header is checked, never past its end; the call then fails, and
 // a failed call's output is undefined, as in NCCL. Large messages are striped over the streams
 // in contiguous parts.
+//
+// A peer on this host whose pid this process can look at (the same pid namespace) is also
+// watched as a process while something is pending: killed while a child it forked (a DataLoader
+// worker) holds its sockets, it shows no EOF, and would otherwise fail the call only at its
+// timeout.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <deque>
 #include <vector>
 
@@ -16,13 +24,16 @@ namespace weft::transport {
 
 class SocketConnection final : public Connection {
  public:
-  SocketConnection(int peerRank, std::string peerName, std::vector<UniqueFd> streams);
+  // peerPid: the peer's pid where it is on this host, in this process's pid namespace; 0 where
+  // its process cannot be watched.
+  SocketConnection(int peerRank, std::string peerName, std::vector<UniqueFd> streams, pid_t peerPid = 0);
 
   Status postSend(const void* data, size_t bytes, MessageTag tag, RequestId* id) override;
   Status postRecv(void* data, size_t bytes, MessageTag tag, RequestId* id) override;
   Status progress(bool* progressed) override;
   RequestId completedSends() const override { return sends_.completed; }
   RequestId completedRecvs() const override { return recvs_.completed; }
+  bool prepareToSleep() override;
   void addPollFds(std::vector<pollfd>* fds) const override;
   int peerRank() const override { return peerRank_; }
   const char* kind() const override { return "socket"; }
@@ -66,12 +77,21 @@ class SocketConnection final : public Connection {
   Status progressRecv(size_t stream, bool* progressed);
   void finishPart(Direction& dir, const Part& part);
   Status peerError(const char* what, int err) const;
+  bool pending() const { return !sends_.messages.empty() || !recvs_.messages.empty(); }
 
   int peerRank_;
   std::string peerName_;
   std::vector<UniqueFd> streams_;
   Direction sends_;
   Direction recvs_;
+
+  // Watching the peer's process (peerPid_ > 0): looks at most every kProcessLookInterval.
+  static constexpr std::chrono::milliseconds kProcessLookInterval{100};
+  pid_t peerPid_;
+  std::chrono::steady_clock::time_point nextProcessLook_{};
+  bool movedSinceLook_ = false;  // a byte moved since the last look
+  bool sawGone_ = false;         // the last look found the process gone
+  bool peerExited_ = false;      // gone, and nothing moved for a whole look after
 };
 
 }  // namespace weft::transport
