@@ -379,6 +379,36 @@ TEST_CASE("planner: on 8 GPUs and 4 NICs each channel enters and leaves a host b
   }
 }
 
+TEST_CASE("planner: on 8 GPUs with a NIC each, 8 channels, each entering and leaving a host by its NIC's socket",
+          "[topology][planner]") {
+  const auto host = load("gpu8-nic8.xml");
+  REQUIRE(host.fabricNicCount() == 8);
+  const auto ranks = layout(host, 2, 8);
+  const auto plan = plan::makePlan(ranks);
+  REQUIRE(plan.channels.size() == 8);
+  std::set<int> exits;
+  for (int c = 0; c < 8; ++c) {
+    const auto& channel = plan.channels[static_cast<size_t>(c)];
+    // Each host's segment ends at the GPU whose own NIC is c, and the channel uses NIC c there.
+    for (const size_t last : {size_t{7}, size_t{15}}) {
+      const auto& exit = ranks[static_cast<size_t>(channel.ring[last])];
+      CHECK(exit.preferredNic == c);
+      CHECK(channel.nic[static_cast<size_t>(channel.ring[last])] == c);
+    }
+    exits.insert(ranks[static_cast<size_t>(channel.ring[7])].gpu);
+    // The other host's traffic enters at a GPU on NIC c's socket (for c = 3 and 7 the GPU after
+    // the leaving one is on the other socket: the segment runs the other way round).
+    for (const size_t first : {size_t{0}, size_t{8}}) {
+      CHECK(ranks[static_cast<size_t>(channel.ring[first])].numaNode == host.nics[static_cast<size_t>(c)].numaNode);
+    }
+  }
+  CHECK(exits.size() == 8);  // every GPU's NIC carries a channel
+  // Both hosts' rails for channel c are their NIC c.
+  const auto nics = plan::channelNics(plan, ranks, 3, 12);
+  REQUIRE(nics.size() == 8);
+  for (int c = 0; c < 8; ++c) CHECK(nics[static_cast<size_t>(c)] == std::pair<int, int>(c, c));
+}
+
 TEST_CASE("planner: NICs go where the traffic is: no management port, the GPU's own socket, one NIC a GPU",
           "[topology][planner]") {
   // One fabric NIC and a 1 GbE port: one channel, and every rank on the fabric NIC.

@@ -17,7 +17,7 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 6;
+constexpr uint16_t kProtocolVersion = 7;  // 7: eight rails, not four
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
 
@@ -66,7 +66,7 @@ struct PeerRecord {
 
 // The layouts tests/fuzz/make_seeds.py writes (LP64); a change here is a new protocol version,
 // unless it only puts a field where there was padding, which older ranks send as 0.
-static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 248 && sizeof(PeerRecord) == 200);
+static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 328 && sizeof(PeerRecord) == 280);
 
 // The root's answer: on success followed by nranks PeerRecords.
 struct RootReply {

@@ -95,16 +95,29 @@ std::vector<std::vector<int>> ranksByHost(const std::vector<RankPlacement>& rank
   return byHost;
 }
 
-// Host h's segment of channel c's ring: rotated so that it ends at the first rank whose NIC is
-// c (it leaves the host there) and starts right after it (often the other rank on that NIC).
+// Host h's segment of channel c's ring: it ends at the first rank whose NIC is c (it leaves the
+// host there) and starts at that rank's neighbour in ring order (the next host's traffic enters
+// there, through the same NIC): the one after it, or the one before it (the segment then runs
+// the other way round the host) where that one is nearer NIC c: on it (often the other rank on
+// that NIC), else on the leaving rank's NUMA node (where a NIC per GPU leaves the rank after it
+// on the other socket).
 std::vector<int> segment(const std::vector<int>& local, const std::vector<RankPlacement>& ranks, int channel) {
   std::vector<int> out = local;
-  if (local.size() < 2) return out;
+  const size_t n = local.size();
+  if (n < 2) return out;
   auto exit = std::find_if(local.begin(), local.end(),
                            [&](int r) { return ranks[static_cast<size_t>(r)].preferredNic == channel; });
-  const size_t last = exit != local.end() ? static_cast<size_t>(exit - local.begin())
-                                          : static_cast<size_t>(channel) % local.size();
-  std::rotate(out.begin(), out.begin() + static_cast<long>((last + 1) % local.size()), out.end());
+  size_t last = exit != local.end() ? static_cast<size_t>(exit - local.begin()) : static_cast<size_t>(channel) % n;
+  const RankPlacement& leaving = ranks[static_cast<size_t>(local[last])];
+  auto nearness = [&](size_t i) {
+    const RankPlacement& p = ranks[static_cast<size_t>(local[i])];
+    return p.preferredNic == channel ? 2 : p.numaNode == leaving.numaNode ? 1 : 0;
+  };
+  if (n > 2 && nearness((last + n - 1) % n) > nearness((last + 1) % n)) {
+    std::reverse(out.begin(), out.end());
+    last = n - 1 - last;
+  }
+  std::rotate(out.begin(), out.begin() + static_cast<long>((last + 1) % n), out.end());
   return out;
 }
 

@@ -5,8 +5,8 @@
 // Rings keep each host's ranks contiguous, so a ring crosses between hosts exactly once per
 // host; within a host ranks go by NUMA node, then GPU (PCI order), then rank. With several
 // hosts there is one channel per NIC (the fewest any host has, at most kMaxChannels), and in
-// channel c each host's segment is rotated to leave and enter the host through the ranks
-// closest to NIC c. Trees are NCCL's double binary trees over the hosts (each host interior in
+// channel c each host's segment is rotated (and turned round where that serves) to leave and
+// enter the host through the ranks closest to NIC c. Trees are NCCL's double binary trees over the hosts (each host interior in
 // at most one of the two), with a chain through the ranks of each host below its first rank.
 #pragma once
 
@@ -37,9 +37,10 @@ struct Tree {
   std::vector<std::vector<int>> children;  // by rank
 };
 
-// More NICs than this (ports, management NICs, DPU functions all count) add no channels: each
-// channel past the last rail would multiply the sockets per pair without a NIC of its own.
-constexpr int kMaxChannels = 4;
+// More fabric NICs than this add no channels: each channel past the last rail would multiply the
+// sockets per pair without a NIC of its own. Eight: a rail per GPU on the 8-GPU servers whose
+// GPUs each have a NIC (a DGX H100's eight ConnectX-7).
+constexpr int kMaxChannels = 8;
 
 struct Channel {
   std::vector<int> ring;  // every rank once, in ring order

@@ -11,7 +11,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = bytes((i * 7 + 1) & 0xFF for i in range(32))
-PROTOCOL = 6  # kProtocolVersion
+PROTOCOL = 7  # kProtocolVersion
 
 
 def fnv1a64(data):
@@ -36,8 +36,8 @@ def placement(numa=0, gpu=-1, nic=0, nics=1, cpus=2, cache_kib=32768):
 
 
 def rails(port):
-    # kMaxRails (4) addresses: one per NIC; family 0 where the NIC has none
-    return wire_address(port + 1, "127.0.0.2") + wire_address(port + 2, "127.0.0.3") + bytes(40)
+    # kMaxRails (8) addresses: one per NIC; family 0 where the NIC has none
+    return wire_address(port + 1, "127.0.0.2") + wire_address(port + 2, "127.0.0.3") + bytes(6 * 20)
 
 
 def rank_hello(rank=1, nranks=4):
