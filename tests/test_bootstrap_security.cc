@@ -83,6 +83,18 @@ int stranger(RankContext& ctx) {
     RANK_CHECK(ctx, transport::sendAll(fd.get(), &hello, sizeof(hello), Deadline::afterMs(1000)).isOk(), "send hello");
     RANK_CHECK(ctx, closedByPeer(fd.get(), 5000), "the root kept a connection with a stale secret");
   }
+  {  // a rank of this job built with an older Weft: the right secret, its version's shorter hello
+    transport::UniqueFd fd = connect();
+    core::RankHello hello = forgedHello(id.value().secret);
+    hello.version = core::kProtocolVersion - 1;
+    RANK_CHECK(ctx, transport::sendAll(fd.get(), &hello, 248, Deadline::afterMs(1000)).isOk(), "send hello");
+    core::RootReply reply{};
+    Status got = transport::recvAll(fd.get(), &reply, sizeof(reply), Deadline::afterMs(5000));
+    RANK_CHECK(ctx, got.isOk(), "no answer to another version's hello: %s", got.message().c_str());
+    Status said = core::checkRootReply(reply, 2, "root");
+    RANK_CHECK(ctx, said.code() == weftInvalidUsage && contains(said.message().c_str(), "protocol version"),
+               "the answer: %s", said.message().c_str());
+  }
   {  // a huge claimed size where a hello belongs: only sizeof(RankHello) is ever read
     transport::UniqueFd fd = connect();
     std::vector<uint8_t> flood(64 * 1024, 0xff);

@@ -198,6 +198,9 @@ class RootServer {
     ssize_t n = ::recv(p.fd.get(), into, sizeof(RankHello) - p.received, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return Outcome::Dropped;
     if (n > 0) p.received += static_cast<size_t>(n);
+    if (p.received >= kHelloVersionedPrefix && p.hello.magic == kHelloMagic && p.hello.version != kProtocolVersion) {
+      return answerOtherVersion(p);
+    }
     if (p.received < sizeof(RankHello)) {
       if (!p.deadline.expired()) return Outcome::Waiting;
       WEFT_WARN("bootstrap root: dropped a connection from %s that sent no hello in time", p.from.toString().c_str());
@@ -222,6 +225,28 @@ class RootServer {
       return Outcome::Dropped;
     }
     return admit(p) ? Outcome::Admitted : Outcome::Failed;
+  }
+
+  // A hello of another protocol version (another Weft) is shorter or longer than ours, so it is
+  // checked as soon as its prefix is in, which every version lays out alike: one that proves the
+  // secret is a rank of this job built with another Weft, and is told so (RootReply is the same
+  // in every version) rather than left to time out; anything else is dropped.
+  Outcome answerOtherVersion(PendingConnection& p) {
+    const RankHello& h = p.hello;
+    if (!transport::constantTimeEqual(h.secret, secret_.data(), secret_.size())) {
+      WEFT_WARN("bootstrap root: dropped a connection from %s: protocol version %u, expected %u, and the wrong secret",
+                p.from.toString().c_str(), h.version, kProtocolVersion);
+      return Outcome::Dropped;
+    }
+    RootReply reply{kReplyMagic, weftInvalidUsage, 0, 0, {}};
+    std::snprintf(reply.message, sizeof(reply.message),
+                  "bootstrap: this rank speaks Weft's bootstrap protocol version %u and the root (%s) version %u: "
+                  "every rank must run the same Weft",
+                  h.version, localHostName().c_str(), kProtocolVersion);
+    WEFT_WARN("bootstrap root: a rank at %s speaks protocol version %u, this root %u: told it so",
+              p.from.toString().c_str(), h.version, kProtocolVersion);
+    (void)transport::sendAll(p.fd.get(), &reply, sizeof(reply), Deadline::afterMs(1000));
+    return Outcome::Dropped;
   }
 
   // A hello that does not prove the secret, or is not ours, is dropped; nothing else happens.

@@ -2,6 +2,7 @@
 // from a length a peer sent; every field is validated before use.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -51,6 +52,11 @@ struct RankHello {
   WirePlacement placement;
   uint32_t pidNamespace;  // transport::pidNamespaceId(); 0 unknown (and from a rank before it)
 };
+
+// The bytes of a RankHello that every protocol version lays out alike (magic, version, settings
+// digest, secret), so that a root can tell a rank of another version that it is one.
+constexpr size_t kHelloVersionedPrefix = 40;
+static_assert(offsetof(RankHello, rank) == kHelloVersionedPrefix);
 
 // What every rank learns about every other.
 struct PeerRecord {
