@@ -175,12 +175,58 @@ TEST_CASE("peer mesh: a rank out of file descriptors says so, not that its peer 
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
 }
 
+TEST_CASE("peer mesh: a rank whose soft limit on open files is too low for its streams raises it",
+          "[bootstrap][multiprocess]") {
+  // Eight streams a pair, and rank 1 with not one descriptor to spare under its soft limit but
+  // room under its hard one: the mesh raises the soft limit, and the all-reduce runs.
+  rlimit start{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &start) == 0);
+  if (start.rlim_max != RLIM_INFINITY && start.rlim_max < 4096) {
+    WARN("skipped: the hard limit on open files (" << start.rlim_max << ") leaves no room to raise the soft one");
+    return;
+  }
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    setenv("WEFT_TRANSPORT", "socket", 1);
+    setenv("WEFT_SOCKET_NSTREAMS", "8", 1);
+    weftComm_t comm = rankComm(ctx, 10000);
+    if (comm == nullptr) return 1;
+    rlimit limit{};
+    RANK_CHECK(ctx, getrlimit(RLIMIT_NOFILE, &limit) == 0, "getrlimit: %s", std::strerror(errno));
+    if (ctx.rank == 1) {
+      int highest = 0;
+      for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+        highest = std::max(highest, std::stoi(entry.path().filename().string()));
+      }
+      limit.rlim_cur = static_cast<rlim_t>(highest + 1);
+      RANK_CHECK(ctx, setrlimit(RLIMIT_NOFILE, &limit) == 0, "setrlimit: %s", std::strerror(errno));
+      while (dup(0) >= 0) {
+      }
+    }
+    float x = 1;
+    RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, x == 2, "the sum is %g", x);
+    rlimit after{};
+    RANK_CHECK(ctx, getrlimit(RLIMIT_NOFILE, &after) == 0, "getrlimit: %s", std::strerror(errno));
+    if (ctx.rank == 1) {
+      RANK_CHECK(ctx, after.rlim_cur > limit.rlim_cur, "the soft limit stayed at %llu",
+                 static_cast<unsigned long long>(after.rlim_cur));
+    } else {
+      RANK_CHECK(ctx, after.rlim_cur == limit.rlim_cur, "rank 0's soft limit moved from %llu to %llu",
+                 static_cast<unsigned long long>(limit.rlim_cur), static_cast<unsigned long long>(after.rlim_cur));
+    }
+    weftCommDestroy(comm);
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
 namespace {
 
 // Rank 1 forks a worker (as a DataLoader would) and exits without a word: the worker keeps the
 // rank's ends of its sockets open, so its death shows the survivor no EOF. The survivor must see
 // the process gone instead, in the ring (1 MiB) and the smallest call (4 bytes: over shared
-// memory, the arena), rather than wait out its 20 s timeout.
+// memory, through the arena), rather than wait out its 20 s timeout.
 void expectForkedWorkerHidesNoDeath(const char* transport) {
   for (const size_t count : {size_t{1} << 18, size_t{1}}) {
     DYNAMIC_SECTION(transport << ", " << count * 4 << " bytes") {

@@ -7,9 +7,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "core/flood_eviction.h"
+#include "transport/socket/descriptor_limit.h"
 #include "transport/socket/socket_connection.h"
 #include "util/log.h"
 
@@ -59,8 +61,17 @@ Result<transport::Connection*> PeerMesh::connection(int peer, const Deadline& de
   return slot.get();
 }
 
+void PeerMesh::makeRoomForStreams(std::span<const int> peers) const {
+  size_t streams = 0;
+  for (int peer : peers) {
+    if (peer != rank_ && !connections_[static_cast<size_t>(peer)]) streams += streamsByRank_[static_cast<size_t>(peer)];
+  }
+  transport::makeRoomForDescriptors(streams);
+}
+
 Status PeerMesh::connectPeers(std::vector<int> peers, const Deadline& deadline) {
   std::sort(peers.begin(), peers.end());  // the global pair order, restricted to these pairs
+  makeRoomForStreams(peers);
   for (int peer : peers) WEFT_TRY(connection(peer, deadline).status());
   return Status::ok();
 }
@@ -71,6 +82,9 @@ Status PeerMesh::connectPeers(std::vector<int> peers, const Deadline& deadline) 
 // peers in ascending rank order follows that order, for all peers or any subset of them.
 Status PeerMesh::connectAll(const Deadline& deadline) {
   if (connected_) return Status::ok();
+  std::vector<int> everyone(static_cast<size_t>(size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  makeRoomForStreams(everyone);
   for (int peer = 0; peer < size(); ++peer) {
     if (peer != rank_) WEFT_TRY(connection(peer, deadline).status());
   }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ class PeerMesh final : public coll::ConnectionProvider {
   std::string describe(int rank) const override;
 
  private:
+  // Raises the limit on open files where the streams to those of `peers` not connected yet
+  // would not fit under it (transport/socket/descriptor_limit.h).
+  void makeRoomForStreams(std::span<const int> peers) const;
   Status connectTo(int peer, const Deadline& deadline);
   // One stream of the pair, on its rail where it has one, else (or where the rail fails) to the
   // peer's main address; *onRail says which.

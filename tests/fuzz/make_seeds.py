@@ -52,7 +52,7 @@ def root_reply(nranks, result=0, message=b""):
 
 
 def peer_record(port):
-    # listen (20 bytes), rails (80), pid, settings digest, pid namespace, hostHash, hostName
+    # listen (20 bytes), rails (160), pid, settings digest, pid namespace, hostHash, hostName
     return (wire_address(port) + rails(port) + struct.pack("<IIIQ", 99, 0, 0xEFFFFFFC, 7) + b"peer".ljust(64, b"\0") +
             placement(nics=2))
 
