@@ -50,7 +50,7 @@ struct RankHello {
   transport::WireAddress rails[kMaxRails];  // per NIC of its host (core/rails.h); family 0: none
   char hostName[kHostNameBytes];
   WirePlacement placement;
-  uint32_t pidNamespace;  // transport::pidNamespaceId(); 0 unknown (and from a rank before it)
+  uint32_t pidNamespace;  // transport::pidNamespaceId(); 0 unknown
 };
 
 // The bytes of a RankHello that every protocol version lays out alike (magic, version, settings

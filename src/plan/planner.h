@@ -6,8 +6,9 @@
 // host; within a host ranks go by NUMA node, then GPU (PCI order), then rank. With several
 // hosts there is one channel per NIC (the fewest any host has, at most kMaxChannels), and in
 // channel c each host's segment is rotated (and turned round where that serves) to leave and
-// enter the host through the ranks closest to NIC c. Trees are NCCL's double binary trees over the hosts (each host interior in
-// at most one of the two), with a chain through the ranks of each host below its first rank.
+// enter the host through the ranks closest to NIC c. Trees are NCCL's double binary trees over
+// the hosts (each host interior in at most one of the two), with a chain through the ranks of
+// each host below its first rank.
 #pragma once
 
 #include <array>
