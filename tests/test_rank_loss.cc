@@ -70,6 +70,23 @@ int joinAndDie(RankContext& ctx) {
   return ctx.failures == 0 ? 0 : 1;
 }
 
+// Leaves this process not one descriptor to spare: the soft limit (and the hard one, with
+// hardToo) at the highest open descriptor, the gaps below it filled. Returns the soft limit.
+rlim_t leaveNoDescriptorSpare(RankContext& ctx, bool hardToo) {
+  int highest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    highest = std::max(highest, std::stoi(entry.path().filename().string()));
+  }
+  rlimit limit{};
+  RANK_CHECK(ctx, getrlimit(RLIMIT_NOFILE, &limit) == 0, "getrlimit: %s", std::strerror(errno));
+  limit.rlim_cur = static_cast<rlim_t>(highest + 1);
+  if (hardToo) limit.rlim_max = limit.rlim_cur;
+  RANK_CHECK(ctx, setrlimit(RLIMIT_NOFILE, &limit) == 0, "setrlimit: %s", std::strerror(errno));
+  while (dup(0) >= 0) {
+  }
+  return limit.rlim_cur;
+}
+
 }  // namespace
 
 TEST_CASE("bootstrap: a rank gone after joining fails the rendezvous for all, named", "[bootstrap][multiprocess]") {
@@ -151,16 +168,9 @@ TEST_CASE("peer mesh: a rank out of file descriptors says so, not that its peer 
     weftComm_t comm = rankComm(ctx, 3000);
     if (comm == nullptr) return 1;
     if (ctx.rank == 1) {
-      // Not one descriptor to spare (the limit at the highest open one, the gaps below it
-      // filled): the peer connections, made by the first collective, cannot be.
-      int highest = 0;
-      for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-        highest = std::max(highest, std::stoi(entry.path().filename().string()));
-      }
-      rlimit limit{static_cast<rlim_t>(highest + 1), static_cast<rlim_t>(highest + 1)};
-      RANK_CHECK(ctx, setrlimit(RLIMIT_NOFILE, &limit) == 0, "setrlimit: %s", std::strerror(errno));
-      while (dup(0) >= 0) {
-      }
+      // Not one descriptor to spare, nor room to raise the limit: the peer connections, made by
+      // the first collective, cannot be.
+      leaveNoDescriptorSpare(ctx, /*hardToo=*/true);
     }
     float x = 1;
     weftResult_t rc = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
@@ -193,14 +203,7 @@ TEST_CASE("peer mesh: a rank whose soft limit on open files is too low for its s
     rlimit limit{};
     RANK_CHECK(ctx, getrlimit(RLIMIT_NOFILE, &limit) == 0, "getrlimit: %s", std::strerror(errno));
     if (ctx.rank == 1) {
-      int highest = 0;
-      for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-        highest = std::max(highest, std::stoi(entry.path().filename().string()));
-      }
-      limit.rlim_cur = static_cast<rlim_t>(highest + 1);
-      RANK_CHECK(ctx, setrlimit(RLIMIT_NOFILE, &limit) == 0, "setrlimit: %s", std::strerror(errno));
-      while (dup(0) >= 0) {
-      }
+      limit.rlim_cur = leaveNoDescriptorSpare(ctx, /*hardToo=*/false);
     }
     float x = 1;
     RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));
