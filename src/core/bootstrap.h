@@ -24,6 +24,8 @@ struct PeerInfo {
   uint16_t settingsDigest = 0;  // see joinRendezvous
   plan::RankPlacement placement;  // .host is not on the wire: the planner derives it from hostHash
 };
+// Every rank keeps one for every rank (docs/architecture.md gives the size at 64K ranks).
+static_assert(sizeof(PeerInfo) <= 384);
 
 struct Rendezvous {
   std::vector<PeerInfo> peers;

@@ -55,7 +55,7 @@ void UniqueFd::reset(int fd) {
 }
 
 Result<SocketAddress> SocketAddress::fromSockaddr(const sockaddr* addr, socklen_t len) {
-  if (len > sizeof(sockaddr_storage) || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)) {
+  if (len > sizeof(SocketAddress::Ip) || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)) {
     return Status(weftInternalError, "unsupported socket address family");
   }
   SocketAddress out;
@@ -107,28 +107,28 @@ Result<SocketAddress> SocketAddress::parse(const std::string& text, int defaultP
 }
 
 int SocketAddress::port() const {
-  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
-  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  if (family() == AF_INET) return ntohs(storage.v4.sin_port);
+  if (family() == AF_INET6) return ntohs(storage.v6.sin6_port);
   return -1;
 }
 
 void SocketAddress::setPort(int port) {
-  if (family() == AF_INET) reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(static_cast<uint16_t>(port));
-  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(static_cast<uint16_t>(port));
+  if (family() == AF_INET) storage.v4.sin_port = htons(static_cast<uint16_t>(port));
+  if (family() == AF_INET6) storage.v6.sin6_port = htons(static_cast<uint16_t>(port));
 }
 
 bool SocketAddress::isLoopback() const {
   if (family() == AF_INET) {
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
+    return (ntohl(storage.v4.sin_addr.s_addr) >> 24) == 127;
   }
-  if (family() == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+  if (family() == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&storage.v6.sin6_addr);
   return false;
 }
 
 void SocketAddress::scopeLike(const SocketAddress& local) {
   if (family() != AF_INET6 || local.family() != AF_INET6) return;
-  auto* mine = reinterpret_cast<sockaddr_in6*>(&storage);
-  const auto* theirs = reinterpret_cast<const sockaddr_in6*>(&local.storage);
+  sockaddr_in6* mine = &storage.v6;
+  const sockaddr_in6* theirs = &local.storage.v6;
   if (IN6_IS_ADDR_LINKLOCAL(&mine->sin6_addr) && mine->sin6_scope_id == 0 && IN6_IS_ADDR_LINKLOCAL(&theirs->sin6_addr)) {
     mine->sin6_scope_id = theirs->sin6_scope_id;
   }
@@ -137,11 +137,11 @@ void SocketAddress::scopeLike(const SocketAddress& local) {
 std::string SocketAddress::toString() const {
   char host[INET6_ADDRSTRLEN] = "?";
   if (family() == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, host, sizeof(host));
+    inet_ntop(AF_INET, &storage.v4.sin_addr, host, sizeof(host));
     return formatString("%s:%d", host, port());
   }
   if (family() == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, host, sizeof(host));
+    inet_ntop(AF_INET6, &storage.v6.sin6_addr, host, sizeof(host));
     return formatString("[%s]:%d", host, port());
   }
   return "<no address>";
@@ -152,9 +152,9 @@ WireAddress toWire(const SocketAddress& address) {
   wire.family = htons(static_cast<uint16_t>(address.family()));
   wire.port = htons(static_cast<uint16_t>(address.port()));
   if (address.family() == AF_INET) {
-    std::memcpy(wire.addr, &reinterpret_cast<const sockaddr_in*>(&address.storage)->sin_addr, 4);
+    std::memcpy(wire.addr, &address.storage.v4.sin_addr, 4);
   } else if (address.family() == AF_INET6) {
-    std::memcpy(wire.addr, &reinterpret_cast<const sockaddr_in6*>(&address.storage)->sin6_addr, 16);
+    std::memcpy(wire.addr, &address.storage.v6.sin6_addr, 16);
   }
   return wire;
 }
@@ -163,13 +163,13 @@ Result<SocketAddress> fromWire(const WireAddress& wire) {
   SocketAddress out;
   uint16_t family = ntohs(wire.family);
   if (family == AF_INET) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&out.storage);
+    sockaddr_in* in = &out.storage.v4;
     in->sin_family = AF_INET;
     in->sin_port = wire.port;
     std::memcpy(&in->sin_addr, wire.addr, 4);
     out.length = sizeof(sockaddr_in);
   } else if (family == AF_INET6) {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
+    sockaddr_in6* in6 = &out.storage.v6;
     in6->sin6_family = AF_INET6;
     in6->sin6_port = wire.port;
     std::memcpy(&in6->sin6_addr, wire.addr, 16);

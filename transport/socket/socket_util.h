@@ -16,15 +16,22 @@
 namespace weft::transport {
 
 // An IPv4 or IPv6 address with port, in a fixed-size form that can travel on the wire.
+// An IPv4 or IPv6 address and port: 32 bytes, not sockaddr_storage's 128, since every rank keeps
+// one per NIC for every peer (core/bootstrap.h's PeerInfo).
 struct SocketAddress {
-  sockaddr_storage storage{};
+  union Ip {
+    sockaddr_in6 v6;  // first, so that {} zeroes all of it
+    sockaddr_in v4;
+    sockaddr any;
+  };
+  Ip storage{};
   socklen_t length = 0;
 
   static Result<SocketAddress> fromSockaddr(const sockaddr* addr, socklen_t len);
   // "host:port", "[v6]:port" or "host" + default port; resolves names.
   static Result<SocketAddress> parse(const std::string& text, int defaultPort = -1);
 
-  int family() const { return storage.ss_family; }
+  int family() const { return storage.any.sa_family; }
   int port() const;
   void setPort(int port);
   bool isLoopback() const;
@@ -33,8 +40,9 @@ struct SocketAddress {
   // came without one takes `local`'s, where that is link-local too: the link they share.
   void scopeLike(const SocketAddress& local);
   std::string toString() const;
-  const sockaddr* sockaddrPtr() const { return reinterpret_cast<const sockaddr*>(&storage); }
+  const sockaddr* sockaddrPtr() const { return &storage.any; }
 };
+static_assert(sizeof(SocketAddress) == 32);
 
 // Fixed 20-byte wire form: family (2), port (2), address (16), network byte order.
 struct WireAddress {
