@@ -57,6 +57,11 @@ TEST_CASE("bad input: NULL, invented and destroyed communicators", "[badinput]")
 
     weftComm_t comm = soloComm(ctx);
     RANK_CHECK(ctx, weftCommCount(comm, nullptr) == weftInvalidArgument, "NULL count");
+    RANK_CHECK(ctx, weftCommCuDevice(comm, nullptr) == weftInvalidArgument, "NULL device");
+    RANK_CHECK(ctx, weftCommCuDevice(invented, &n) == weftInvalidArgument, "device of an invented comm");
+    int device = 7;
+    RANK_WEFT(ctx, weftCommCuDevice(comm, &device));
+    RANK_CHECK(ctx, device == -1, "a host communicator's device is -1, got %d", device);
     RANK_WEFT(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr));  // this thread has found it
     RANK_WEFT(ctx, weftCommDestroy(comm));
     RANK_CHECK(ctx, weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) == weftInvalidArgument,

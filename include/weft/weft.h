@@ -185,6 +185,10 @@ WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* async
 
 WEFT_API weftResult_t weftCommCount(const weftComm_t comm, int* count);
 WEFT_API weftResult_t weftCommUserRank(const weftComm_t comm, int* rank);
+/* The GPU comm is bound to (the device current at its init, as NCCL's ncclCommCuDevice), or -1
+ * for a communicator with none: made by a process that had not used the GPU runtime, where no
+ * GPU is visible, or by a Weft built without CUDA or HIP. */
+WEFT_API weftResult_t weftCommCuDevice(const weftComm_t comm, int* device);
 
 /* A fixed sentence for each result code. */
 WEFT_API const char* weftGetErrorString(weftResult_t result);

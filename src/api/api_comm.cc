@@ -303,3 +303,12 @@ extern "C" WEFT_API weftResult_t weftCommUserRank(const weftComm_t comm, int* ra
   *rank = state->rank;
   return weftSuccess;
 }
+
+extern "C" WEFT_API weftResult_t weftCommCuDevice(const weftComm_t comm, int* device) {
+  auto state = api::lookupComm(comm);
+  if (!state || device == nullptr) {
+    return api::reportError(Status(weftInvalidArgument, "weftCommCuDevice: invalid communicator or NULL device"));
+  }
+  *device = state->device;
+  return weftSuccess;
+}

@@ -161,6 +161,9 @@ int dataMovement(RankContext& ctx) {
 // Mixed or foreign buffers and streams give errors, not crashes.
 int badInput(RankContext& ctx) {
   GpuRank g(ctx);
+  int bound = -1;
+  RANK_WEFT(ctx, weftCommCuDevice(g.comm, &bound));
+  RANK_CHECK(ctx, bound == 0, "the communicator is bound to GPU 0, the one current at init, not %d", bound);
   DeviceBuffer device(64);
   std::vector<unsigned char> host(64);
   RANK_CHECK(ctx, weftAllReduce(device.ptr, host.data(), 16, weftUint8, weftSum, g.comm, g.stream(0)) == weftInvalidArgument,
