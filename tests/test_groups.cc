@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -336,6 +338,81 @@ TEST_CASE("groups: calls that write each other's memory are refused whole, calls
     RANK_WEFT(ctx, weftGroupEnd());
     RANK_CHECK(ctx, other[0] == prev && other[kCount - 1] == prev && buf[kCount] == next && buf[2 * kCount - 1] == next,
                "received %d and %d", other[0], buf[kCount]);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  }));
+}
+
+TEST_CASE("groups: weftGroupSimulateEnd prices a group, as the tuner does, and issues none of it",
+          "[groups][multiprocess]") {
+  expectAllPassed(runRanks(2, [](RankContext& ctx) {
+    weftComm_t comm = rankComm(ctx, 10000);  // a call issued after all would fail in 10 s, not pass
+    if (comm == nullptr) return 1;
+    constexpr size_t kSmall = size_t{1} << 18, kLarge = size_t{1} << 24;  // 1 MiB and 64 MiB of float
+    std::vector<float> send(kLarge, static_cast<float>(ctx.rank + 1)), recv(kLarge, -7.0f);
+    auto simulate = [&](std::initializer_list<size_t> counts) {
+      weftSimInfo_t info = WEFT_SIM_INFO_INITIALIZER;
+      RANK_WEFT(ctx, weftGroupStart());
+      size_t at = 0;  // each call writes its own part of recv (a group refuses calls that share it)
+      for (size_t count : counts) {
+        RANK_WEFT(ctx, weftAllReduce(send.data(), recv.data() + at, count, weftFloat32, weftSum, comm, nullptr));
+        at += count;
+      }
+      RANK_WEFT(ctx, weftGroupSimulateEnd(&info));
+      return info.estimatedTime;
+    };
+    auto untouched = [&] { return std::all_of(recv.begin(), recv.end(), [](float v) { return v == -7.0f; }); };
+
+    const float one = simulate({kSmall}), two = simulate({kSmall, kSmall}), large = simulate({kLarge});
+    RANK_CHECK(ctx, std::isfinite(one) && one > 0, "1 MiB all-reduce priced at %g us", one);
+    RANK_CHECK(ctx, std::abs(two - 2 * one) <= 1e-3f * two, "two calls %g us, one %g us: not their sum", two, one);
+    RANK_CHECK(ctx, large > 16 * one, "64 MiB priced at %g us, 1 MiB at %g us", large, one);
+    RANK_CHECK(ctx, untouched(), "a simulated group wrote the receive buffer");
+
+    // Nothing is waited for: rank 0 prices a send that rank 1 never receives.
+    if (ctx.rank == 0) {
+      weftSimInfo_t info = WEFT_SIM_INFO_INITIALIZER;
+      RANK_WEFT(ctx, weftGroupStart());
+      RANK_WEFT(ctx, weftSend(send.data(), kSmall, weftFloat32, 1, comm, nullptr));
+      RANK_WEFT(ctx, weftGroupSimulateEnd(&info));
+      RANK_CHECK(ctx, info.estimatedTime > 0, "a send priced at %g us", info.estimatedTime);
+    }
+
+    // Nested: the inner end closes its level and leaves simInfo alone.
+    weftSimInfo_t inner = WEFT_SIM_INFO_INITIALIZER, outer = WEFT_SIM_INFO_INITIALIZER;
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(send.data(), recv.data(), kSmall, weftFloat32, weftSum, comm, nullptr));
+    RANK_WEFT(ctx, weftGroupSimulateEnd(&inner));
+    RANK_WEFT(ctx, weftGroupSimulateEnd(&outer));
+    RANK_CHECK(ctx, std::isnan(inner.estimatedTime) && outer.estimatedTime == one, "inner %g, outer %g, alone %g",
+               inner.estimatedTime, outer.estimatedTime, one);
+
+    // A bad simInfo leaves the group open with its calls: weftGroupEnd then runs them.
+    weftSimInfo_t bad = WEFT_SIM_INFO_INITIALIZER;
+    bad.magic = 0;
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftAllReduce(send.data(), recv.data(), kSmall, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, weftGroupSimulateEnd(nullptr) == weftInvalidArgument, "NULL simInfo");
+    RANK_CHECK(ctx, weftGroupSimulateEnd(&bad) == weftInvalidArgument, "simInfo without its magic");
+    RANK_CHECK(ctx, contains(weftGetLastError(nullptr), "WEFT_SIM_INFO_INITIALIZER"), "text: %s", weftGetLastError(nullptr));
+    RANK_WEFT(ctx, weftGroupEnd());
+    RANK_CHECK(ctx, recv[0] == 3.0f && recv[kSmall - 1] == 3.0f && recv[kSmall] == -7.0f, "the group ran: %g %g %g",
+               recv[0], recv[kSmall - 1], recv[kSmall]);
+
+    // It refuses what weftGroupEnd refuses, with the same words, and needs an open group.
+    weftSimInfo_t info = WEFT_SIM_INFO_INITIALIZER;
+    RANK_WEFT(ctx, weftGroupStart());
+    RANK_WEFT(ctx, weftRecv(recv.data(), kSmall, weftFloat32, 1 - ctx.rank, comm, nullptr));
+    RANK_WEFT(ctx, weftRecv(recv.data(), kSmall, weftFloat32, 1 - ctx.rank, comm, nullptr));
+    RANK_CHECK(ctx, weftGroupSimulateEnd(&info) == weftInvalidArgument && std::isnan(info.estimatedTime),
+               "two receives into one buffer: %s", weftGetLastError(comm));
+    RANK_CHECK(ctx, contains(weftGetLastError(comm), "weftGroupSimulateEnd: call 0 (recv) and call 1 (recv)"), "text: %s",
+               weftGetLastError(comm));
+    RANK_CHECK(ctx, weftGroupSimulateEnd(&info) == weftInvalidUsage, "no group open");
+
+    RANK_WEFT(ctx, weftAllReduce(send.data(), recv.data(), kSmall, weftFloat32, weftSum, comm, nullptr));
+    RANK_CHECK(ctx, recv[0] == 3.0f, "the communicator still works: %g", recv[0]);
     RANK_WEFT(ctx, weftCommDestroy(comm));
     return 0;
   }));

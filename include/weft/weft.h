@@ -12,6 +12,7 @@
 #ifndef WEFT_WEFT_H_
 #define WEFT_WEFT_H_
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -289,6 +290,28 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, weftStream_t stream);
  * returns weftInProgress while a non-blocking one still runs (poll weftCommGetAsyncError). */
 WEFT_API weftResult_t weftGroupStart(void);
 WEFT_API weftResult_t weftGroupEnd(void);
+
+/* What weftGroupSimulateEnd fills in. Always start from WEFT_SIM_INFO_INITIALIZER. */
+typedef struct {
+  size_t size;          /* sizeof(weftSimInfo_t), set by the initializer */
+  unsigned int magic;   /* set by the initializer */
+  unsigned int version; /* set by the initializer */
+  float estimatedTime;  /* microseconds; NAN until a simulation fills it */
+} weftSimInfo_t;
+
+#define WEFT_SIM_INFO_MAGIC 0x77736966u /* "wsif" */
+#define WEFT_SIM_INFO_INITIALIZER \
+  { sizeof(weftSimInfo_t), WEFT_SIM_INFO_MAGIC, WEFT_VERSION_CODE, NAN }
+
+/* Ends a group as weftGroupEnd does (the same checks, the same errors, inits waited for), but
+ * issues none of its calls: no buffer is read or written, no peer is waited for, and every
+ * communicator stays as it was. As NCCL's ncclGroupSimulateEnd, it fills
+ * simInfo->estimatedTime with the tuner's predicted time of the group in microseconds: on each
+ * communicator the calls one after another, each as the algorithm the tuner picks for it; the
+ * communicators side by side (the slowest one's). The model prices host memory over the
+ * communicator's links (a GPU's staging and IPC are not in it). An inner (nested) call only
+ * closes its level and leaves simInfo alone. */
+WEFT_API weftResult_t weftGroupSimulateEnd(weftSimInfo_t* simInfo);
 
 /* A reduction operator that multiplies each rank's input by *scalar (of datatype) before
  * summing, for use on comm with collectives of that datatype. */

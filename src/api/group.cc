@@ -151,9 +151,15 @@ extern "C" WEFT_API weftResult_t weftGroupStart(void) {
   return weftSuccess;
 }
 
-extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
+namespace {
+
+// weftGroupEnd, or weftGroupSimulateEnd where `simulate` is not NULL: then the outermost level
+// checks the group as weftGroupEnd does, prices it and issues nothing.
+weftResult_t endGroup(weftSimInfo_t* simulate) {
+  const char* fn = simulate ? "weftGroupSimulateEnd" : "weftGroupEnd";
   if (tlsGroupDepth == 0) {
-    return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: no group is open (weftGroupStart was not called)"));
+    return api::reportError(
+        Status(weftInvalidUsage, formatString("%s: no group is open (weftGroupStart was not called)", fn)));
   }
   if (--tlsGroupDepth > 0) return weftSuccess;
   OpenGroup group = std::move(tlsGroup);
@@ -167,29 +173,31 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   }
   if (initResult != weftSuccess) return initResult;
   if (!group.firstError.isOk()) {
-    return api::reportError(Status(group.firstError.code(),
-                                   "weftGroupEnd: nothing in the group was issued, as a call in it failed: " +
-                                       group.firstError.message()));
+    return api::reportError(Status(
+        group.firstError.code(),
+        std::string(fn) + ": nothing in the group was issued, as a call in it failed: " + group.firstError.message()));
   }
   std::vector<CommBatch> batches;
   std::vector<api::RankedCall> ranked;  // every call, in the order made
   for (GroupedCall& g : group.calls) {
     if (g.state->released.load()) {
-      return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: a communicator with calls in the group was "
-                                                       "destroyed or aborted before the group ended; nothing was issued"));
+      return api::reportError(Status(
+          weftInvalidUsage, std::string(fn) + ": a communicator with calls in the group was "
+                                              "destroyed or aborted before the group ended; nothing was issued"));
     }
     auto it = std::find_if(batches.begin(), batches.end(), [&](const CommBatch& b) { return b.state == g.state; });
     if (it == batches.end()) {
       batches.push_back({g.state, g.stream, g.onDevice, {}});
       it = batches.end() - 1;
     } else if (it->stream != g.stream) {
-      return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: calls on one communicator used different "
-                                                       "streams within a group; nothing was issued"),
+      return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": calls on one communicator used different "
+                                                                         "streams within a group; nothing was issued"),
                               g.state.get());
     } else if (it->onDevice != g.onDevice) {
-      return api::reportError(Status(weftInvalidUsage, "weftGroupEnd: calls on one communicator mixed device and host "
-                                                       "buffers within a group; nothing was issued"),
-                              g.state.get());
+      return api::reportError(
+          Status(weftInvalidUsage, std::string(fn) + ": calls on one communicator mixed device and host "
+                                                     "buffers within a group; nothing was issued"),
+          g.state.get());
     }
     it->calls.push_back(g.call);
     ranked.push_back({g.call, g.state->rank, g.state->nranks});
@@ -199,7 +207,7 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
   // refused here, nothing is issued and every communicator stays usable.
   for (const CommBatch& batch : batches) {
     if (Status paired = core::checkSelfExchange(batch.calls, batch.state->rank); !paired.isOk()) {
-      return api::reportError(Status(paired.code(), "weftGroupEnd: " + paired.message() + "; nothing was issued"),
+      return api::reportError(Status(paired.code(), std::string(fn) + ": " + paired.message() + "; nothing was issued"),
                               batch.state.get());
     }
   }
@@ -207,9 +215,9 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     const auto [a, b] = *overlap;
     return api::reportError(
         Status(weftInvalidArgument,
-               formatString("weftGroupEnd: call %zu (%s) and call %zu (%s) of the group share memory that one of them "
+               formatString("%s: call %zu (%s) and call %zu (%s) of the group share memory that one of them "
                             "writes; the group runs them side by side, so use separate buffers (nothing was issued)",
-                            a, coll::collectiveName(ranked[a].call.collective), b,
+                            fn, a, coll::collectiveName(ranked[a].call.collective), b,
                             coll::collectiveName(ranked[b].call.collective))),
         group.calls[a].state.get());
   }
@@ -218,10 +226,19 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     if (batch.stream == nullptr || batch.onDevice) continue;
     batch.hostStream = api::lookupStream(batch.stream);
     if (!batch.hostStream) {
-      return api::reportError(Status(weftInvalidArgument, "weftGroupEnd: a stream of the group was destroyed; nothing "
-                                                          "was issued"),
-                              batch.state.get());
+      return api::reportError(
+          Status(weftInvalidArgument, std::string(fn) + ": a stream of the group was destroyed; nothing "
+                                                        "was issued"),
+          batch.state.get());
     }
+  }
+  if (simulate != nullptr) {  // the communicators run side by side: the slowest one's calls
+    double slowest = 0;
+    for (const CommBatch& batch : batches) {
+      slowest = std::max(slowest, batch.state->communicator->predictedUs(batch.calls));
+    }
+    simulate->estimatedTime = static_cast<float>(slowest);
+    return withPendingInits(group, weftSuccess);
   }
   if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
   // Several communicators (or none: inits only): queue the stream work (host or GPU) first, then
@@ -251,4 +268,18 @@ extern "C" WEFT_API weftResult_t weftGroupEnd(void) {
     keep(api::reportError(api::enqueueOnStream(std::move(parts), stream, "weftGroupEnd", true), first));
   }
   return withPendingInits(group, runConcurrently(blocking, result));
+}
+
+}  // namespace
+
+extern "C" WEFT_API weftResult_t weftGroupEnd(void) { return endGroup(nullptr); }
+
+extern "C" WEFT_API weftResult_t weftGroupSimulateEnd(weftSimInfo_t* simInfo) {
+  // A bad simInfo leaves the group open, as it was: nothing of it is lost.
+  if (simInfo == nullptr || simInfo->size != sizeof(weftSimInfo_t) || simInfo->magic != WEFT_SIM_INFO_MAGIC) {
+    return api::reportError(Status(weftInvalidArgument,
+                                   "weftGroupSimulateEnd: simInfo must be a weftSimInfo_t set "
+                                   "from WEFT_SIM_INFO_INITIALIZER (the group stays open)"));
+  }
+  return endGroup(simInfo);
 }

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
-
 #include <span>
 
 #include "coll/schedule_cache.h"
@@ -72,6 +72,11 @@ class Communicator {
   }
   Status runGroup(std::span<const CollectiveCall> calls);
 
+  // The tuner's price of the calls, one after another, in microseconds (weftGroupSimulateEnd):
+  // each as the algorithm it would run with, by the model's current inputs. Any thread may ask
+  // while collectives run.
+  double predictedUs(std::span<const CollectiveCall> calls) const;
+
  private:
   Communicator(PeerMesh mesh, const CommConfig& config, coll::TuningConfig tuning, const std::atomic<bool>* abortFlag);
   void* scratch(size_t bytes);
@@ -118,6 +123,9 @@ class Communicator {
   bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with
   coll::CommLayout layout_{};           // its size, planned trees and crowding, for the model
+  // Held where layout_ or link_ change once the communicator is in use (the arena's setup), and
+  // by predictedUs, which another thread calls.
+  mutable std::mutex modelMutex_;
   std::map<std::pair<coll::Collective, size_t>, coll::Algorithm> algorithms_;  // algorithmFor's
   std::optional<std::pair<std::pair<coll::Collective, size_t>, coll::Algorithm>> lastAlgorithm_;  // its last hit
   std::vector<unsigned> progressCpus_;

@@ -94,7 +94,10 @@ Status Communicator::setUpArena(const Deadline& deadline) {
     } else {
       WEFT_INFO("all-reduces, all-gathers and broadcasts stay on the executor: %s", why.c_str());
     }
-    layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
+    {
+      std::lock_guard lock(modelMutex_);
+      layout_.arenaBytes = 0;  // every rank gets here: the tuner chooses again, alike everywhere
+    }
     forgetChoices();
   }
   return Status::ok();
