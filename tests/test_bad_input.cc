@@ -55,6 +55,9 @@ TEST_CASE("bad input: NULL, invented and destroyed communicators", "[badinput]")
     RANK_CHECK(ctx, weftCommAbort(nullptr) == weftSuccess, "abort NULL");
     RANK_CHECK(ctx, weftCommAbort(invented) == weftInvalidArgument, "abort invented");
 
+    // No GPU for this communicator, in any build on any machine: its device is -1.
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    setenv("HIP_VISIBLE_DEVICES", "", 1);
     weftComm_t comm = soloComm(ctx);
     RANK_CHECK(ctx, weftCommCount(comm, nullptr) == weftInvalidArgument, "NULL count");
     RANK_CHECK(ctx, weftCommCuDevice(comm, nullptr) == weftInvalidArgument, "NULL device");

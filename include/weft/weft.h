@@ -187,8 +187,8 @@ WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* async
 WEFT_API weftResult_t weftCommCount(const weftComm_t comm, int* count);
 WEFT_API weftResult_t weftCommUserRank(const weftComm_t comm, int* rank);
 /* The GPU comm is bound to (the device current at its init, as NCCL's ncclCommCuDevice), or -1
- * for a communicator with none: made by a process that had not used the GPU runtime, where no
- * GPU is visible, or by a Weft built without CUDA or HIP. */
+ * where it has none: no GPU was visible at init (to a CUDA build, none is until the process
+ * has used the CUDA runtime), or Weft was built without CUDA or HIP. */
 WEFT_API weftResult_t weftCommCuDevice(const weftComm_t comm, int* device);
 
 /* A fixed sentence for each result code. */
@@ -303,7 +303,7 @@ typedef struct {
 #define WEFT_SIM_INFO_INITIALIZER \
   { sizeof(weftSimInfo_t), WEFT_SIM_INFO_MAGIC, WEFT_VERSION_CODE, NAN }
 
-/* Ends a group as weftGroupEnd does (the same checks, the same errors, inits waited for), but
+/* Ends a group as weftGroupEnd does (its checks before anything is issued, inits waited for), but
  * issues none of its calls: no buffer is read or written, no peer is waited for, and every
  * communicator stays as it was. As NCCL's ncclGroupSimulateEnd, it fills
  * simInfo->estimatedTime with the tuner's predicted time of the group in microseconds: on each

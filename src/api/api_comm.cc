@@ -148,6 +148,7 @@ weftResult_t releaseCommunicator(weftComm_t comm, bool abort, const char* what) 
   if (!abort && !state->finalized.load()) api::quiesceDevice(*state);  // a finalize did it
   state->engine.shutdown();  // queued work runs out (fast, once aborted); nothing new is accepted
   api::releaseDeviceStaging(*state);
+  std::lock_guard lock(state->communicatorMutex);
   state->communicator.reset();
   return weftSuccess;
 }

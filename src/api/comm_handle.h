@@ -43,6 +43,9 @@ struct CommState {
   std::atomic<bool> finalized{false};                // weftCommFinalize: no new calls
   std::atomic<int> finalizeResult{weftSuccess};      // weftInProgress while a non-blocking finalize flushes
   std::unique_ptr<core::Communicator> communicator;  // set once init succeeded
+  // Held where it is freed, and where a thread reads it outside the engine while another may
+  // free it (weftGroupSimulateEnd's prices, against a watchdog's weftCommAbort).
+  std::mutex communicatorMutex;
   core::ProgressEngine engine;                       // runs the collectives in issue order
   std::thread backgroundThread;  // a non-blocking init or finalize; joined through joinBackground
   std::mutex backgroundMutex;

@@ -27,23 +27,29 @@ struct OpenGroup {
   std::vector<std::shared_ptr<api::CommState>> nonBlockingInits;  // left to be polled
 };
 
-weftResult_t initFailed(api::CommState& state, weftResult_t rc, const char* what) {
+// `fn` (weftGroupEnd or weftGroupSimulateEnd) failed, as an init in the group did.
+weftResult_t initFailed(api::CommState& state, weftResult_t rc, const char* what, const char* fn) {
   std::string why;
   {
     std::lock_guard<std::mutex> lock(state.lastErrorMutex);
     why = state.lastError;
   }
-  return api::reportError(Status(rc, formatString("weftGroupEnd: %s in the group failed: %s", what, why.c_str())),
-                          &state);
+  return api::reportError(Status(rc, formatString("%s: %s in the group failed: %s", fn, what, why.c_str())), &state);
+}
+
+weftResult_t destroyedInGroup(const char* fn) {
+  return api::reportError(Status(weftInvalidUsage, std::string(fn) + ": a communicator with calls in the group was "
+                                                                     "destroyed or aborted before the group ended; "
+                                                                     "nothing was issued"));
 }
 
 // `result`, unless it is success and a non-blocking init of the group failed (its error) or
 // still runs (weftInProgress).
-weftResult_t withPendingInits(const OpenGroup& group, weftResult_t result) {
+weftResult_t withPendingInits(const OpenGroup& group, weftResult_t result, const char* fn) {
   if (result != weftSuccess) return result;
   for (const auto& state : group.nonBlockingInits) {
     const auto rc = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
-    if (rc != weftSuccess && rc != weftInProgress) return initFailed(*state, rc, "a non-blocking init");
+    if (rc != weftSuccess && rc != weftInProgress) return initFailed(*state, rc, "a non-blocking init", fn);
     if (rc == weftInProgress) result = weftInProgress;
   }
   return result;
@@ -169,7 +175,7 @@ weftResult_t endGroup(weftSimInfo_t* simulate) {
   for (const auto& state : group.inits) {
     api::joinBackground(*state);
     const auto rc = static_cast<weftResult_t>(state->asyncResult.load(std::memory_order_acquire));
-    if (initResult == weftSuccess && rc != weftSuccess) initResult = initFailed(*state, rc, "an init");
+    if (initResult == weftSuccess && rc != weftSuccess) initResult = initFailed(*state, rc, "an init", fn);
   }
   if (initResult != weftSuccess) return initResult;
   if (!group.firstError.isOk()) {
@@ -180,11 +186,7 @@ weftResult_t endGroup(weftSimInfo_t* simulate) {
   std::vector<CommBatch> batches;
   std::vector<api::RankedCall> ranked;  // every call, in the order made
   for (GroupedCall& g : group.calls) {
-    if (g.state->released.load()) {
-      return api::reportError(Status(
-          weftInvalidUsage, std::string(fn) + ": a communicator with calls in the group was "
-                                              "destroyed or aborted before the group ended; nothing was issued"));
-    }
+    if (g.state->released.load()) return destroyedInGroup(fn);
     auto it = std::find_if(batches.begin(), batches.end(), [&](const CommBatch& b) { return b.state == g.state; });
     if (it == batches.end()) {
       batches.push_back({g.state, g.stream, g.onDevice, {}});
@@ -235,12 +237,14 @@ weftResult_t endGroup(weftSimInfo_t* simulate) {
   if (simulate != nullptr) {  // the communicators run side by side: the slowest one's calls
     double slowest = 0;
     for (const CommBatch& batch : batches) {
+      std::lock_guard lock(batch.state->communicatorMutex);  // against an abort on another thread
+      if (batch.state->released.load() || !batch.state->communicator) return destroyedInGroup(fn);
       slowest = std::max(slowest, batch.state->communicator->predictedUs(batch.calls));
     }
     simulate->estimatedTime = static_cast<float>(slowest);
-    return withPendingInits(group, weftSuccess);
+    return withPendingInits(group, weftSuccess, fn);
   }
-  if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]));
+  if (batches.size() == 1) return withPendingInits(group, issueBatch(batches[0]), fn);
   // Several communicators (or none: inits only): queue the stream work (host or GPU) first, then
   // run the rest side by side. The batches on one host stream are one place on it, run side by
   // side: one after another, a rank that listed the communicators in the other order than its
@@ -267,7 +271,7 @@ weftResult_t endGroup(weftSimInfo_t* simulate) {
     api::CommState* first = parts.front().state.get();
     keep(api::reportError(api::enqueueOnStream(std::move(parts), stream, "weftGroupEnd", true), first));
   }
-  return withPendingInits(group, runConcurrently(blocking, result));
+  return withPendingInits(group, runConcurrently(blocking, result), fn);
 }
 
 }  // namespace

@@ -15,7 +15,6 @@
 
 namespace weft::transport {
 
-// An IPv4 or IPv6 address with port, in a fixed-size form that can travel on the wire.
 // An IPv4 or IPv6 address and port: 32 bytes, not sockaddr_storage's 128, since every rank keeps
 // one per NIC for every peer (core/bootstrap.h's PeerInfo).
 struct SocketAddress {
