@@ -203,6 +203,8 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
       if (algorithm == Algorithm::OneShot) return l.alphaUs + (n - 1) * (perPeer + b * perByte);
       return (n - 1) * pipelined(l, b, chunk, 1, perByte);  // b is one rank's block
     }
+    case Collective::Send:
+    case Collective::Recv: return l.alphaUs + b * move;  // one message, to or from one peer
     default:
       return l.alphaUs + (n - 1) * (perPeer + b * l.betaUsPerB);  // direct: a rank's n-1 messages
   }

@@ -337,11 +337,8 @@ double Communicator::predictedUs(std::span<const CollectiveCall> calls) const {
   std::lock_guard lock(modelMutex_);
   double us = 0;
   for (const CollectiveCall& call : calls) {
+    if (isPointToPoint(call) && call.root == rank()) continue;  // a copy within the group, not a message
     const size_t bytes = callBytes(call);
-    if (isPointToPoint(call)) {  // one message, to or from one peer (none to itself)
-      if (call.root != rank() && bytes > 0) us += link_.alphaUs + static_cast<double>(bytes) * link_.betaUsPerB;
-      continue;
-    }
     const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, call.collective, bytes);
     us += coll::predictUs(link_, layout_, call.collective, algorithm, bytes, tuning_.pipeline.chunkBytes);
   }
