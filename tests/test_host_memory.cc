@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +178,77 @@ TEST_CASE("a call's mappings of peer allocations stay until trimmed, however man
       RANK_CHECK(ctx, isMapped(mapped[i]) != oldest, "mapping %zu: mapped %d after trim", i, isMapped(mapped[i]));
     }
     for (void* p : owned) RANK_WEFT(ctx, weftHostMemFree(p));
+    return 0;
+  });
+  expectAllPassed(outcomes);
+}
+
+namespace {
+
+// Forks a child that runs `body` under a 10 s alarm (a deadlock in it fails the test instead of
+// hanging it) and returns its exit status, or 128 + the signal that ended it.
+int inForkedChild(const std::function<int()>& body) {
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(10);
+    _exit(body());
+  }
+  if (child < 0) return -1;
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("a child made by fork writes its own copy of an allocation, not its parent's", "[host-memory]") {
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    constexpr size_t kBytes = 3 * 4096;
+    void* p = nullptr;
+    RANK_WEFT(ctx, weftHostMemAlloc(&p, kBytes));
+    auto* bytes = static_cast<unsigned char*>(p);
+    std::memset(bytes, 0x11, kBytes);
+    const int child = inForkedChild([&] {
+      // The child sees its parent's bytes, writes its own, and its copy is not for peers.
+      if (bytes[0] != 0x11 || bytes[kBytes - 1] != 0x11) return 2;
+      std::memset(bytes + 4096, 0x22, 4096);
+      if (bytes[4096] != 0x22 || bytes[0] != 0x11) return 3;
+      if (weft::transport::findSharedHostMemory(bytes, kBytes)) return 4;
+      if (weftHostMemFree(p) != weftSuccess) return 5;
+      return 0;
+    });
+    RANK_CHECK(ctx, child == 0, "the child failed with status %d", child);
+    RANK_CHECK(ctx, std::all_of(bytes, bytes + kBytes, [](unsigned char b) { return b == 0x11; }),
+               "the child's write reached the parent");
+    RANK_CHECK(ctx, weft::transport::findSharedHostMemory(bytes, kBytes).has_value(),
+               "the parent's allocation is no longer shared");
+    RANK_WEFT(ctx, weftHostMemFree(p));
+    return 0;
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST_CASE("a fork while another thread allocates leaves the child able to allocate", "[host-memory]") {
+  // Without the fork handlers, a child forked while another thread held the registry's lock
+  // would wait for it forever at its first allocation.
+  auto outcomes = runRanks(1, [](RankContext& ctx) {
+    std::atomic<bool> stop{false};
+    std::thread churn([&] {
+      while (!stop.load()) {
+        void* q = nullptr;
+        if (weftHostMemAlloc(&q, 4096) == weftSuccess) weftHostMemFree(q);
+      }
+    });
+    for (int i = 0; i < 300; ++i) {
+      const int child = inForkedChild([] {
+        void* q = nullptr;
+        return weftHostMemAlloc(&q, 4096) == weftSuccess && weftHostMemFree(q) == weftSuccess ? 0 : 2;
+      });
+      RANK_CHECK(ctx, child == 0, "fork %d: the child ended with status %d", i, child);
+      if (child != 0) break;
+    }
+    stop = true;
+    churn.join();
     return 0;
   });
   expectAllPassed(outcomes);

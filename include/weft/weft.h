@@ -329,7 +329,10 @@ WEFT_API weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
  * Other calls take such buffers as any other host memory. Peers map an allocation through /proc/<pid>/fd, which needs
  * the access process_vm_readv needs (the same user, ptrace read permission); where it is
  * refused, the call takes the copying path. weftHostMemFree takes the pointer weftHostMemAlloc
- * returned; a peer that mapped the memory keeps its pages until that peer's communicator goes. */
+ * returned; a peer that mapped the memory keeps its pages until that peer's communicator goes.
+ * A child made by fork gets each allocation as its own, at the same address: what it writes stays
+ * in the child, as with malloc's memory (though a page the child has not written still shows
+ * what the parent writes there later), and no peer reads it directly. */
 WEFT_API weftResult_t weftHostMemAlloc(void** ptr, size_t size);
 WEFT_API weftResult_t weftHostMemFree(void* ptr);
 

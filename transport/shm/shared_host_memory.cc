@@ -1,6 +1,7 @@
 #include "transport/shm/shared_host_memory.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
@@ -20,6 +21,9 @@ struct Allocation {
   uint64_t id;
   uint64_t device;
   uint64_t inode;
+  // This process is a child made by fork since the allocation was made: its pages are its own
+  // copy (privateInChild), which peers cannot map.
+  bool copiedByFork = false;
 };
 
 // This process's allocations by start address.
@@ -29,10 +33,42 @@ struct Registry {
   uint64_t lastId = 0;
 };
 
+Registry* forkRegistry = nullptr;  // what the fork handlers lock; set once, before any allocation
+
+// A child made by fork would otherwise share every allocation's pages with its parent (they are
+// a MAP_SHARED memfd), so that a write in, say, a DataLoader worker would change the parent's
+// memory. The child maps each allocation again, privately and at the same address: it sees the
+// pages as they are, and what it writes stays its own, as with malloc's memory. (Unlike a
+// copy-on-write copy, a page the child has not written yet still shows what the parent writes
+// there later.)
+void lockForFork() { forkRegistry->mutex.lock(); }
+void unlockInParent() { forkRegistry->mutex.unlock(); }
+void privateInChild() {
+  for (auto& [start, a] : forkRegistry->byStart) {
+    if (a.copiedByFork) continue;  // already private: fork copies it on write
+    // Same address, length and protection: only the sharing changes, so this cannot fail for
+    // want of address space; if it fails anyway the pages stay shared, with no pointer lost.
+    if (mmap(reinterpret_cast<void*>(start), a.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, a.fd, 0) !=
+        MAP_FAILED) {
+      a.copiedByFork = true;
+    }
+  }
+  forkRegistry->mutex.unlock();
+}
+
 Registry& registry() {
-  static auto* r = new Registry();  // never destroyed: frees may come from static destructors
+  static Registry* r = [] {
+    auto* made = new Registry();  // never destroyed: frees may come from static destructors
+    forkRegistry = made;
+    pthread_atfork(lockForFork, unlockInParent, privateInChild);
+    return made;
+  }();
   return *r;
 }
+
+// Made as the library loads: a fork while another thread first made it would leave the child
+// waiting for that thread, which it does not have, to finish.
+[[maybe_unused]] const bool registryMadeAtLoad = (registry(), true);
 
 }  // namespace
 
@@ -97,7 +133,7 @@ std::optional<SharedRange> findSharedHostMemory(const void* ptr, size_t bytes) {
   --it;
   const Allocation& a = it->second;
   const uintptr_t offset = at - it->first;
-  if (offset > a.bytes || bytes > a.bytes - offset) return std::nullopt;
+  if (a.copiedByFork || offset > a.bytes || bytes > a.bytes - offset) return std::nullopt;
   return SharedRange{a.id, a.device, a.inode, a.bytes, offset, static_cast<int32_t>(getpid()), a.fd};
 }
 

@@ -5,6 +5,9 @@
 // memfd has no name in /dev/shm, so nothing is left behind whatever happens to
 // the processes.
 //
+// A child made by fork maps every allocation again, privately, at the same address: its
+// writes stay its own, and findSharedHostMemory no longer offers it to peers.
+//
 // All-reduces whose buffers every rank took from here read the peers' inputs
 // and write their outputs where they lie (coll/direct_allreduce.h): no copy
 // into or out of a shared segment.
