@@ -4,8 +4,9 @@
 # newest) into a venv kept at $WEFT_TORCH_VENV (default $TMPDIR/weft-torch-pip; the first run
 # downloads about 5 GB), installs BUILD_DIR's Weft into a scratch prefix, builds weft_torch with
 # `pip install ./python` against both, and runs the backend's Python tests with it: every operation
-# on 2 and 3 ranks, DDP against one process, a dying rank, the example's 60 steps, and the CUDA
-# tensor test (which says SKIPPED without a GPU). Not part of ctest: it needs the network.
+# on 2 and 3 ranks, DDP against one process, the shared-memory CPU allocator, a dying rank, the
+# example's 60 steps, and the CUDA tensor test (which says SKIPPED without a GPU). Not part of
+# ctest: it needs the network.
 set -euo pipefail
 build=$(cd "${1:?usage: check-torch-pip.sh BUILD_DIR [TORCH]}" && pwd)
 spec=${2:-torch}
@@ -32,6 +33,8 @@ for n in 2 3; do
   "$weftrun" -n "$n" --timeout 300 env WEFT_TEST_STORE="$work/store-$n" "$py" "$root/tests/torch/backend_test.py"
 done
 "$weftrun" -n 2 --timeout 300 env WEFT_TEST_CHECKPOINT="$work/ckpt.pt" "$py" "$root/tests/torch/ddp_test.py"
+"$weftrun" -n 2 --timeout 300 "$py" "$root/tests/torch/shared_memory_test.py"
+"$weftrun" -n 2 --timeout 300 "$py" "$root/tests/torch/shared_memory_test.py" --rank1-off
 "$py" "$root/tests/torch/ddp_test.py" --fault
 "$weftrun" -n 2 --timeout 300 "$py" "$root/examples/ddp/train_fashion_mnist.py" --backend weft --max-steps 60 \
   --save "$work/model.pt" | tee "$work/train.log"

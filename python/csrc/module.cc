@@ -6,6 +6,7 @@
 #include <string>
 
 #include "process_group_weft.hpp"
+#include "shared_cpu_allocator.hpp"
 #include "weft/weft.h"
 
 PYBIND11_MODULE(_weft_torch, m) {
@@ -13,6 +14,24 @@ PYBIND11_MODULE(_weft_torch, m) {
   m.def("create_process_group", &weft_torch::ProcessGroupWeft::create, pybind11::arg("store"), pybind11::arg("rank"),
         pybind11::arg("size"), pybind11::arg("timeout"),
         "Makes this rank's Weft process group (what torch.distributed calls for backend \"weft\").");
+  m.def(
+      "shared_memory_stats",
+      [] {
+        const weft_torch::SharedMemoryStats s = weft_torch::sharedMemoryStats();
+        pybind11::dict d;
+        d["installed"] = s.installed;
+        d["live_blocks"] = s.liveBlocks;
+        d["live_bytes"] = s.liveBytes;
+        d["cached_blocks"] = s.cachedBlocks;
+        d["cached_bytes"] = s.cachedBytes;
+        d["reused"] = s.reused;
+        d["fell_back"] = s.fellBack;
+        return d;
+      },
+      "The shared-memory CPU allocator's state: whether a process group installed it, the blocks tensors "
+      "hold and those kept for reuse (count and bytes), allocations served from the kept ones, and large "
+      "allocations that got ordinary memory.");
+  m.attr("shared_min_bytes") = weft_torch::kSharedMinBytes;
   // The libweft this module loaded, as weftGetVersion reports it ("0.1.0").
   int code = 0;
   weftGetVersion(&code);

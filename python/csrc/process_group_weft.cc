@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "device_lane.hpp"
+#include "shared_cpu_allocator.hpp"
 #include "tensor_args.h"
 
 namespace weft_torch {
@@ -37,6 +38,8 @@ ProcessGroupWeft::ProcessGroupWeft(const c10::intrusive_ptr<c10d::Store>& store,
     : BackendBase(rank, size), store_(store), timeout_(timeout) {
   // One id per process group: torch hands each group its own prefixed store.
   comm_ = initCommThroughStore(store, rank, size, timeout, "weft_unique_id");
+  // From here on this process's large CPU tensors are in shared memory, DDP's buckets among them.
+  if (size > 1) installSharedCpuAllocator();
   futurer_ = std::thread([queue = futureQueue_] { futureLoop(queue); });
   completer_ = std::thread([this] { completionLoop(); });
 }
