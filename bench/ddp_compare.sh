@@ -3,9 +3,10 @@
 # one run: one epoch of the seed CNN on Fashion-MNIST (accuracy and time); then ROUNDS rounds of
 # STEPS steps of a 20M-parameter MLP (communication bound), each round taking turns between weft,
 # gloo and no exchange at all (the floor both share: DDP's hook keeps each rank's own gradients),
-# so that a noisy machine's slow spells fall on all three alike, and weft once more with its CPU
-# allocator off (WEFT_TORCH_SHARED_MEMORY=0: how much of weft's lead its shared-memory tensors
-# make); then the C++ example's epoch.
+# so that a noisy machine's slow spells fall on all three alike; and two runs that say where weft's
+# lead comes from: weft with its CPU allocator off (WEFT_TORCH_SHARED_MEMORY=0: its tensors in
+# ordinary memory), and no exchange under weft's allocator (the floor of a step without gloo's
+# fresh page faults); then the C++ example's epoch.
 # cpu-pair-latency reads the machine's speed before each MLP run and after each round: some VMs
 # switch between two speeds every few minutes, so the script also gives the median over the
 # rounds whose weft and gloo runs kept one speed (their readings within 1.5x of each other).
@@ -79,20 +80,22 @@ declare -A mlp=(
   [floor]="$(example gloo mlp --max-steps "$steps" --batch 2 --no-exchange --save "$work/floor.pt")"
   [unshared]="$(example weft mlp --max-steps "$steps" --batch 2 --save "$work/unshared.pt" |
     sed 's/^env /env WEFT_TORCH_SHARED_MEMORY=0 /')"
+  [weftfloor]="$(example weft mlp --max-steps "$steps" --batch 2 --no-exchange --save "$work/weftfloor.pt")"
 )
-cmds+=("${mlp[weft]}" "${mlp[gloo]}" "${mlp[floor]}" "${mlp[unshared]}")
+cmds+=("${mlp[weft]}" "${mlp[gloo]}" "${mlp[floor]}" "${mlp[unshared]}" "${mlp[weftfloor]}")
 rows=()
 ratios=()
 steady=()
 for ((r = 1; r <= rounds; r++)); do
   readings=()
-  for kind in weft gloo floor unshared; do
+  for kind in weft gloo floor unshared weftfloor; do
     readings+=("$(speed)")
     read -ra cmd <<<"${mlp[$kind]}"
     run "mlp-$kind-$r" "${cmd[@]}"
   done
   readings+=("$(speed)")
   w=$(step_ms "mlp-weft-$r") g=$(step_ms "mlp-gloo-$r") f=$(step_ms "mlp-floor-$r") u=$(step_ms "mlp-unshared-$r")
+  wf=$(step_ms "mlp-weftfloor-$r")
   ratio=$(awk -v w="$w" -v g="$g" 'BEGIN { printf "%.3f", w / g }')
   ratios+=("$ratio")
   # Steady: the readings around the weft and gloo runs (the first three) there and within 1.5x
@@ -105,8 +108,9 @@ for ((r = 1; r <= rounds; r++)); do
   else
     kept=no
   fi
-  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" -v u="$u" -v q="$ratio" -v s="${readings[*]}" -v k="$kept" \
-    'BEGIN { printf "| %d | %s | %s | %s | %s | %.1f | %.1f | %s | %.3f | %s | %s |", r, w, g, f, q, w - f, g - f, u, u / g, s, k }')")
+  rows+=("$(awk -v r="$r" -v w="$w" -v g="$g" -v f="$f" -v u="$u" -v wf="$wf" -v q="$ratio" -v s="${readings[*]}" \
+    -v k="$kept" 'BEGIN { printf "| %d | %s | %s | %s | %s | %.1f | %.1f | %s | %.3f | %s | %.1f | %s | %s |",
+                          r, w, g, f, q, w - f, g - f, u, u / g, wf, w - wf, s, k }')")
 done
 median=$(printf '%s\n' "${ratios[@]}" | median)
 steady_median=$(printf '%s\n' ${steady[@]+"${steady[@]}"} | sed '/^$/d' | median)
@@ -125,12 +129,13 @@ summary=$(cat <<TXT
 | 20M-parameter MLP, batch 2, $steps steps, weft (round 1) | $(result mlp-weft-1) |
 | 20M-parameter MLP, batch 2, $steps steps, no exchange (round 1) | $(result mlp-floor-1) |
 | 20M-parameter MLP, batch 2, $steps steps, weft with WEFT_TORCH_SHARED_MEMORY=0 (round 1) | $(result mlp-unshared-1) |
+| 20M-parameter MLP, batch 2, $steps steps, no exchange under weft's allocator (round 1) | $(result mlp-weftfloor-1) |
 | C++ example (libtorch + weft DDP layer), 1 epoch | $(result cc-weft) |
 
 The MLP, milliseconds a step (the slowest rank's), rounds in turn:
 
-| round | weft | gloo | no exchange (floor) | weft / gloo | weft - floor | gloo - floor | weft, tensors not shared | that / gloo | cpu-pair-latency (ns): before weft, gloo, floor, not shared; after | weft and gloo at one speed |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|
+| round | weft | gloo | no exchange (floor) | weft / gloo | weft - floor | gloo - floor | weft, tensors not shared | that / gloo | no exchange, weft's allocator | weft - that | cpu-pair-latency (ns): before weft, gloo, floor, not shared, weft's floor; after | weft and gloo at one speed |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|
 $(printf '%s\n' "${rows[@]}")
 
 Median weft / gloo over $rounds rounds: **$median**; over the ${#steady[@]} rounds at one speed: **$steady_median** (issue 7's target: at most 0.7).

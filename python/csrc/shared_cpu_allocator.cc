@@ -71,17 +71,19 @@ class BlockPool {
     if (evicted != nullptr) weftHostMemFree(evicted);
     void* p = nullptr;
     const weftResult_t rc = weftHostMemAlloc(&p, classBytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    --creating_;
-    if (rc != weftSuccess) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --creating_;
+      if (rc == weftSuccess) {
+        live_.emplace(p, classBytes);
+        liveBytes_ += classBytes;
+        return p;
+      }
       ++fellBack_;
-      TORCH_WARN_ONCE("weft: tensors of ", classBytes, " bytes get ordinary memory, not shared memory (",
-                      weftGetLastError(nullptr), "): all-reduces of them copy through shared-memory segments");
-      return nullptr;
     }
-    live_.emplace(p, classBytes);
-    liveBytes_ += classBytes;
-    return p;
+    TORCH_WARN_ONCE("weft: a tensor of ", classBytes, " bytes got ordinary memory, not shared memory (",
+                    weftGetLastError(nullptr), "): all-reduces of such tensors copy through shared-memory segments");
+    return nullptr;
   }
 
   // Takes back a block tensors no longer use; false where `p` is not one.
@@ -214,14 +216,15 @@ void installSharedCpuAllocator() {
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     const long localRanks = local != nullptr ? std::strtol(local, nullptr, 10) : 0;
     if (localRanks == 1) return;
-    static SharedCpuAllocator allocator;  // never replaced: tensors may outlive every process group
+    // Never destroyed: tensors (and allocations in static destructors) may outlive everything else.
+    auto* allocator = new SharedCpuAllocator();
     before = c10::GetCPUAllocator();
     beforeRaw = before->raw_deleter();
     pool = new BlockPool(cacheCapBytes(localRanks > 0 ? static_cast<size_t>(localRanks) : 1), maxBlocks());
     pthread_atfork([] { pool->lockForFork(); }, [] { pool->unlockAfterFork(); }, [] { pool->unlockAfterFork(); });
     // Priority 1: above torch's own (0), so a later default registration cannot undo it.
-    c10::SetCPUAllocator(&allocator, 1);
-    installed.store(c10::GetCPUAllocator() == &allocator);
+    c10::SetCPUAllocator(allocator, 1);
+    installed.store(c10::GetCPUAllocator() == allocator);
   });
 }
 
