@@ -23,8 +23,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-import weft_torch  # noqa: E402,F401  (registers the backend)
-from weft_torch import _weft_torch  # noqa: E402
+import weft_torch  # noqa: E402  (registers the backend)
 
 DIRECT = "read the peers' buffers directly"
 COPYING = "took the copying path"
@@ -60,11 +59,11 @@ def own_log():
 
 
 def allocations_and_reuse():
-    stats = _weft_torch.shared_memory_stats()
+    stats = weft_torch.shared_memory_stats()
     check(stats["installed"], f"the allocator is not installed: {stats}")
     big = torch.empty(LARGE)
     check(shared(big), f"a 4 MiB tensor is in {mapping_of(big)!r}, not shared memory")
-    small = torch.empty(_weft_torch.shared_min_bytes // 4 - 1)
+    small = torch.empty(weft_torch.shared_min_bytes // 4 - 1)
     check(not shared(small), "a tensor below shared_min_bytes is in shared memory")
     # numpy and torch views see the same memory, and it stays where it is.
     big.fill_(3.0)
@@ -74,9 +73,9 @@ def allocations_and_reuse():
     # A freed block serves the next tensor of about its size.
     at = big.data_ptr()
     del view, big
-    before = _weft_torch.shared_memory_stats()
+    before = weft_torch.shared_memory_stats()
     again = torch.empty(LARGE - 100)
-    after = _weft_torch.shared_memory_stats()
+    after = weft_torch.shared_memory_stats()
     check(again.data_ptr() == at, "a freed block was not reused")
     check(after["reused"] == before["reused"] + 1, f"reuse not counted: {before} -> {after}")
     check(after["cached_blocks"] == before["cached_blocks"] - 1, f"kept blocks: {before} -> {after}")
@@ -125,7 +124,7 @@ def forked_children_write_their_own_copy():
 
 def all_reduces(expect_direct):
     rank, n = dist.get_rank(), dist.get_world_size()
-    mine_shared = _weft_torch.shared_memory_stats()["installed"]
+    mine_shared = weft_torch.shared_memory_stats()["installed"]
     for count in (LARGE, LARGE + 12345):
         t = torch.arange(count, dtype=torch.float32) + rank
         check(shared(t) == mine_shared, f"the tensor is in {mapping_of(t)!r}")
@@ -158,7 +157,7 @@ def ddp_buckets_are_shared():
 
     net.register_comm_hook(None, all_reduce_hook)
     net(torch.full((4, 512), float(rank + 1))).sum().backward()
-    large = [is_shared for nbytes, is_shared in bucket_memory if nbytes >= _weft_torch.shared_min_bytes]
+    large = [is_shared for nbytes, is_shared in bucket_memory if nbytes >= weft_torch.shared_min_bytes]
     check(large and all(large), f"DDP's buckets (bytes, shared): {bucket_memory}")
     local = make()
     for r in range(n):
@@ -176,7 +175,7 @@ def main():
     dist.init_process_group("weft")
     if args.rank1_off:
         rank = dist.get_rank()
-        stats = _weft_torch.shared_memory_stats()
+        stats = weft_torch.shared_memory_stats()
         check(stats["installed"] == (rank != 1), f"installed on rank {rank}: {stats}")
         all_reduces(expect_direct=False)
     else:
