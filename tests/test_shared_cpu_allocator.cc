@@ -137,3 +137,10 @@ TEST_CASE("the shared CPU allocator stays out where it is not wanted", "[.torch-
   c10::DataPtr large = c10::GetCPUAllocator()->allocate(4 * kSharedMinBytes);
   CHECK_FALSE(isShared(large.get(), 4 * kSharedMinBytes));
 }
+
+// Run by ctest with WEFT_TORCH_SHARED_MEMORY=yes: a warning, and the allocator as by default.
+TEST_CASE("the shared CPU allocator takes a value other than 0 or 1 as on", "[.torch-allocator-bad-value]") {
+  unsetenv("LOCAL_WORLD_SIZE");
+  weft_torch::installSharedCpuAllocator();
+  CHECK(sharedMemoryStats().installed);
+}

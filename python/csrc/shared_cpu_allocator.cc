@@ -51,17 +51,16 @@ class BlockPool {
       if (it != cached_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        cachedBytes_ -= classBytes;
-        --cachedBlocks_;
-        live_.emplace(p, classBytes);
-        liveBytes_ += classBytes;
-        ++reused_;
+        counts_.cachedBytes -= classBytes;
+        --counts_.cachedBlocks;
+        addLiveLocked(p, classBytes);
+        ++counts_.reused;
         return p;
       }
-      if (live_.size() + cachedBlocks_ + creating_ >= maxBlocks_) {
+      if (live_.size() + counts_.cachedBlocks + creating_ >= maxBlocks_) {
         // Every block holds a descriptor: at the cap, a kept block of another size makes room.
-        if (cachedBlocks_ == 0) {
-          ++fellBack_;
+        if (counts_.cachedBlocks == 0) {
+          ++counts_.fellBack;
           return nullptr;
         }
         evicted = evictOneLocked();
@@ -75,11 +74,10 @@ class BlockPool {
       std::lock_guard<std::mutex> lock(mutex_);
       --creating_;
       if (rc == weftSuccess) {
-        live_.emplace(p, classBytes);
-        liveBytes_ += classBytes;
+        addLiveLocked(p, classBytes);
         return p;
       }
-      ++fellBack_;
+      ++counts_.fellBack;
     }
     TORCH_WARN_ONCE("weft: a tensor of ", classBytes, " bytes got ordinary memory, not shared memory (",
                     weftGetLastError(nullptr), "): all-reduces of such tensors copy through shared-memory segments");
@@ -95,11 +93,12 @@ class BlockPool {
       if (it == live_.end()) return false;
       const size_t bytes = it->second;
       live_.erase(it);
-      liveBytes_ -= bytes;
-      if (cachedBytes_ + bytes <= cacheCap_) {
+      counts_.liveBlocks = live_.size();
+      counts_.liveBytes -= bytes;
+      if (counts_.cachedBytes + bytes <= cacheCap_) {
         cached_[bytes].push_back(p);
-        cachedBytes_ += bytes;
-        ++cachedBlocks_;
+        counts_.cachedBytes += bytes;
+        ++counts_.cachedBlocks;
         kept = true;
       }
     }
@@ -109,15 +108,7 @@ class BlockPool {
 
   SharedMemoryStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
-    SharedMemoryStats s;
-    s.installed = true;
-    s.liveBlocks = live_.size();
-    s.liveBytes = liveBytes_;
-    s.cachedBlocks = cachedBlocks_;
-    s.cachedBytes = cachedBytes_;
-    s.reused = reused_;
-    s.fellBack = fellBack_;
-    return s;
+    return counts_;
   }
 
   void lockForFork() { mutex_.lock(); }
@@ -132,20 +123,22 @@ class BlockPool {
     }
     void* p = largest->second.back();
     largest->second.pop_back();
-    cachedBytes_ -= largest->first;
-    --cachedBlocks_;
+    counts_.cachedBytes -= largest->first;
+    --counts_.cachedBlocks;
     return p;
+  }
+
+  void addLiveLocked(void* p, size_t classBytes) {
+    live_.emplace(p, classBytes);
+    counts_.liveBlocks = live_.size();
+    counts_.liveBytes += classBytes;
   }
 
   std::mutex mutex_;
   std::unordered_map<void*, size_t> live_;                 // block -> its size class
   std::unordered_map<size_t, std::vector<void*>> cached_;  // size class -> freed blocks
-  size_t liveBytes_ = 0;
-  size_t cachedBytes_ = 0;
-  size_t cachedBlocks_ = 0;
+  SharedMemoryStats counts_{.installed = true};
   size_t creating_ = 0;  // being allocated, outside the lock
-  uint64_t reused_ = 0;
-  uint64_t fellBack_ = 0;
   const size_t cacheCap_;
   const size_t maxBlocks_;
 };
@@ -166,7 +159,7 @@ void freeBlock(void* p) { pool->give(p); }
 
 class SharedCpuAllocator final : public c10::Allocator {
  public:
-  // torch 1.x declares allocate() const; torch 2.x (from 2.3) does not, and adds copy_data().
+  // torch 1.x declares allocate() const; later torch 2.x does not, and adds copy_data().
   // Both forms are here, without `override`, so that either torch finds its own.
   c10::DataPtr allocate(size_t bytes) const { return allocateFrom(bytes); }
   c10::DataPtr allocate(size_t bytes) { return allocateFrom(bytes); }
@@ -213,6 +206,9 @@ void installSharedCpuAllocator() {
   std::call_once(once, [] {
     const char* wanted = std::getenv("WEFT_TORCH_SHARED_MEMORY");
     if (wanted != nullptr && std::strcmp(wanted, "0") == 0) return;
+    if (wanted != nullptr && *wanted != '\0' && std::strcmp(wanted, "1") != 0) {
+      TORCH_WARN("weft: WEFT_TORCH_SHARED_MEMORY=\"", wanted, "\" is not 0 or 1: large tensors go in shared memory");
+    }
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     const long localRanks = local != nullptr ? std::strtol(local, nullptr, 10) : 0;
     if (localRanks == 1) return;
