@@ -100,7 +100,8 @@ version = weft_version(includes)
 cuda = want_cuda()
 print(f"weft_torch: Weft {version} from {', '.join(includes + libdirs)}; "
       f"CUDA tensors {'built in' if cuda else 'not built (CPU tensors only)'}")
-sources = ["process_group_weft.cc", "issuing.cc", "weft_work.cc", "module.cc", "shared_cpu_allocator.cc"]
+sources = ["process_group_weft.cc", "issuing.cc", "weft_work.cc", "module.cc", "shared_cpu_allocator.cc",
+           "shared_block_pool.cc"]
 sources += ["device_lane.cc"] if cuda else []
 Extension = CUDAExtension if cuda else CppExtension
 setup(

@@ -330,9 +330,10 @@ WEFT_API weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
  * the access process_vm_readv needs (the same user, ptrace read permission); where it is
  * refused, the call takes the copying path. weftHostMemFree takes the pointer weftHostMemAlloc
  * returned; a peer that mapped the memory keeps its pages until that peer's communicator goes.
- * A child made by fork gets each allocation as its own, at the same address: what it writes stays
- * in the child, as with malloc's memory (though a page the child has not written still shows
- * what the parent writes there later), and no peer reads it directly. */
+ * A child made by fork maps each allocation privately at the same address: what the child writes
+ * stays in the child, and no peer reads it directly; unlike malloc's copy-on-write memory, a page
+ * the child has not written shows the allocation as it is now, the parent's later writes
+ * included. */
 WEFT_API weftResult_t weftHostMemAlloc(void** ptr, size_t size);
 WEFT_API weftResult_t weftHostMemFree(void* ptr);
 

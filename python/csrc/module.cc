@@ -22,6 +22,7 @@ PYBIND11_MODULE(_weft_torch, m) {
         d["installed"] = s.installed;
         d["live_blocks"] = s.liveBlocks;
         d["live_bytes"] = s.liveBytes;
+        d["peak_live_bytes"] = s.peakLiveBytes;
         d["cached_blocks"] = s.cachedBlocks;
         d["cached_bytes"] = s.cachedBytes;
         d["reused"] = s.reused;
@@ -29,8 +30,11 @@ PYBIND11_MODULE(_weft_torch, m) {
         return d;
       },
       "The shared-memory CPU allocator's state: whether a process group installed it, the blocks tensors "
-      "hold and those kept for reuse (count and bytes), allocations served from the kept ones, and large "
+      "hold (count, bytes, the most bytes at once) and those kept for reuse (count and bytes), allocations served from the kept ones, and large "
       "allocations that got ordinary memory.");
+  m.def("empty_shared_memory_cache", &weft_torch::releaseSharedMemoryCache,
+        "Gives the shared-memory CPU allocator's kept blocks back to the system (as torch.cuda.empty_cache); "
+        "returns their bytes.");
   m.attr("shared_min_bytes") = weft_torch::kSharedMinBytes;
   // The libweft this module loaded, as weftGetVersion reports it ("0.1.0").
   int code = 0;

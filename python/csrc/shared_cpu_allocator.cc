@@ -10,11 +10,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
+#include <string>
 
-#include "weft/weft.h"
+#include "shared_block_pool.hpp"
 
 namespace weft_torch {
 
@@ -35,114 +35,6 @@ size_t sizeClass(size_t bytes) {
   return (pages + step - 1) / step * step * kPage;
 }
 
-// The blocks from weftHostMemAlloc: those tensors hold, and those freed and kept for reuse.
-// Its lock is never held across a call into Weft, and is held across fork (so that a child,
-// whose copies of the blocks are its own, finds it consistent).
-class BlockPool {
- public:
-  BlockPool(size_t cacheCapBytes, size_t maxBlocks) : cacheCap_(cacheCapBytes), maxBlocks_(maxBlocks) {}
-
-  // A block of `classBytes`, or nullptr where shared memory is not to be had (then: ordinary memory).
-  void* take(size_t classBytes) {
-    void* evicted = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = cached_.find(classBytes);
-      if (it != cached_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        counts_.cachedBytes -= classBytes;
-        --counts_.cachedBlocks;
-        addLiveLocked(p, classBytes);
-        ++counts_.reused;
-        return p;
-      }
-      if (live_.size() + counts_.cachedBlocks + creating_ >= maxBlocks_) {
-        // Every block holds a descriptor: at the cap, a kept block of another size makes room.
-        if (counts_.cachedBlocks == 0) {
-          ++counts_.fellBack;
-          return nullptr;
-        }
-        evicted = evictOneLocked();
-      }
-      ++creating_;
-    }
-    if (evicted != nullptr) weftHostMemFree(evicted);
-    void* p = nullptr;
-    const weftResult_t rc = weftHostMemAlloc(&p, classBytes);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --creating_;
-      if (rc == weftSuccess) {
-        addLiveLocked(p, classBytes);
-        return p;
-      }
-      ++counts_.fellBack;
-    }
-    TORCH_WARN_ONCE("weft: a tensor of ", classBytes, " bytes got ordinary memory, not shared memory (",
-                    weftGetLastError(nullptr), "): all-reduces of such tensors copy through shared-memory segments");
-    return nullptr;
-  }
-
-  // Takes back a block tensors no longer use; false where `p` is not one.
-  bool give(void* p) {
-    bool kept = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = live_.find(p);
-      if (it == live_.end()) return false;
-      const size_t bytes = it->second;
-      live_.erase(it);
-      counts_.liveBlocks = live_.size();
-      counts_.liveBytes -= bytes;
-      if (counts_.cachedBytes + bytes <= cacheCap_) {
-        cached_[bytes].push_back(p);
-        counts_.cachedBytes += bytes;
-        ++counts_.cachedBlocks;
-        kept = true;
-      }
-    }
-    if (!kept) weftHostMemFree(p);
-    return true;
-  }
-
-  SharedMemoryStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return counts_;
-  }
-
-  void lockForFork() { mutex_.lock(); }
-  void unlockAfterFork() { mutex_.unlock(); }
-
- private:
-  // A kept block, the largest, to free outside the lock.
-  void* evictOneLocked() {
-    auto largest = cached_.end();
-    for (auto it = cached_.begin(); it != cached_.end(); ++it) {
-      if (!it->second.empty() && (largest == cached_.end() || it->first > largest->first)) largest = it;
-    }
-    void* p = largest->second.back();
-    largest->second.pop_back();
-    counts_.cachedBytes -= largest->first;
-    --counts_.cachedBlocks;
-    return p;
-  }
-
-  void addLiveLocked(void* p, size_t classBytes) {
-    live_.emplace(p, classBytes);
-    counts_.liveBlocks = live_.size();
-    counts_.liveBytes += classBytes;
-  }
-
-  std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;                 // block -> its size class
-  std::unordered_map<size_t, std::vector<void*>> cached_;  // size class -> freed blocks
-  SharedMemoryStats counts_{.installed = true};
-  size_t creating_ = 0;  // being allocated, outside the lock
-  const size_t cacheCap_;
-  const size_t maxBlocks_;
-};
-
 BlockPool* pool = nullptr;            // set once, when the allocator is installed
 c10::Allocator* before = nullptr;     // the allocator installed before: small tensors
 c10::DeleterFnPtr beforeRaw = nullptr;  // its raw deleter, where it has one
@@ -156,6 +48,11 @@ void freeAny(void* p) {
 }
 // Only for blocks, where the allocator before has no raw deleter.
 void freeBlock(void* p) { pool->give(p); }
+
+// clang asks for `override` on all or none; the two torch-dependent members below cannot have it.
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Winconsistent-missing-override"
+#endif
 
 class SharedCpuAllocator final : public c10::Allocator {
  public:
@@ -179,14 +76,37 @@ class SharedCpuAllocator final : public c10::Allocator {
   }
 };
 
-// Blocks held by this process's own ranks: a quarter of the host's memory over the ranks that
-// share it, past which freed blocks go back to the system.
-size_t cacheCapBytes(size_t localRanks) {
+// The memory this process may use: the host's, or its cgroup's limit where that is lower
+// (cgroup v2 names its group in /proc/self/cgroup; v1's memory controller has its own file).
+size_t usableMemory() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long pageBytes = sysconf(_SC_PAGESIZE);
-  const size_t memory = pages > 0 && pageBytes > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(pageBytes)
-                                                   : size_t{4} << 30;
-  return memory / 4 / std::max<size_t>(localRanks, 1);
+  size_t memory =
+      pages > 0 && pageBytes > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(pageBytes) : size_t{4} << 30;
+  std::string group;
+  std::ifstream cgroups("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    if (line.rfind("0::", 0) == 0) group = line.substr(3);
+  }
+  for (const std::string& path : {"/sys/fs/cgroup" + group + "/memory.max", std::string("/sys/fs/cgroup/memory.max"),
+                                  std::string("/sys/fs/cgroup/memory/memory.limit_in_bytes")}) {
+    std::ifstream file(path);
+    unsigned long long limit = 0;
+    if (file >> limit && limit > 0 && limit < memory) memory = static_cast<size_t>(limit);  // "max" reads as none
+  }
+  return memory;
+}
+
+// How many ranks share this host, as the launcher says (torchrun and weftrun, Open MPI, MPICH,
+// Slurm); 0 where none says.
+long localRanksFromLauncher() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    const long n = std::strtol(value, nullptr, 10);  // Slurm may write "2(x3)": its leading count
+    if (n > 0) return n;
+  }
+  return 0;
 }
 
 // Each block holds a descriptor: a quarter of the soft limit at most, leaving the rest to the
@@ -209,15 +129,15 @@ void installSharedCpuAllocator() {
     if (wanted != nullptr && *wanted != '\0' && std::strcmp(wanted, "1") != 0) {
       TORCH_WARN("weft: WEFT_TORCH_SHARED_MEMORY=\"", wanted, "\" is not 0 or 1: large tensors go in shared memory");
     }
-    const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    const long localRanks = local != nullptr ? std::strtol(local, nullptr, 10) : 0;
-    if (localRanks == 1) return;
+    const long localRanks = localRanksFromLauncher();
+    if (localRanks == 1) return;  // no peer could read this rank's memory directly
     // Never destroyed: tensors (and allocations in static destructors) may outlive everything else.
     auto* allocator = new SharedCpuAllocator();
     before = c10::GetCPUAllocator();
     beforeRaw = before->raw_deleter();
-    pool = new BlockPool(cacheCapBytes(localRanks > 0 ? static_cast<size_t>(localRanks) : 1), maxBlocks());
-    pthread_atfork([] { pool->lockForFork(); }, [] { pool->unlockAfterFork(); }, [] { pool->unlockAfterFork(); });
+    // Kept blocks: a quarter of the memory this process may use, over the ranks on its host.
+    pool = new BlockPool(usableMemory() / 4 / static_cast<size_t>(std::max(localRanks, 1L)), maxBlocks());
+    pthread_atfork([] { pool->beforeFork(); }, [] { pool->afterForkInParent(); }, [] { pool->afterForkInChild(); });
     // Priority 1: above torch's own (0), so a later default registration cannot undo it.
     c10::SetCPUAllocator(allocator, 1);
     installed.store(c10::GetCPUAllocator() == allocator);
@@ -228,5 +148,7 @@ SharedMemoryStats sharedMemoryStats() {
   if (!installed.load()) return {};
   return pool->stats();
 }
+
+size_t releaseSharedMemoryCache() { return installed.load() ? pool->releaseKept() : 0; }
 
 }  // namespace weft_torch

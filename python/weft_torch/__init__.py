@@ -10,14 +10,16 @@ with CUDA (cuda_tensors says which); errors are RuntimeErrors carrying Weft's me
 
 Once a group of two or more ranks exists, CPU tensors of shared_min_bytes or more are allocated in
 Weft's shared host memory, so that all-reduces among ranks on one host read them in place
-(WEFT_TORCH_SHARED_MEMORY=0: not); shared_memory_stats() says what that allocator holds.
+(WEFT_TORCH_SHARED_MEMORY=0: not); shared_memory_stats() says what that allocator holds, and
+empty_shared_memory_cache() gives back the blocks it keeps for reuse.
 """
 
 import inspect
 
 import torch.distributed as dist
 
-from ._weft_torch import create_process_group, cuda_tensors, shared_memory_stats, shared_min_bytes, weft_version
+from ._weft_torch import (create_process_group, cuda_tensors, empty_shared_memory_cache, shared_memory_stats,
+                          shared_min_bytes, weft_version)
 
 __version__ = weft_version  # the libweft loaded, which the package is built with
 
@@ -31,5 +33,5 @@ if not hasattr(dist.Backend, BACKEND_NAME.upper()):
     else:
         dist.Backend.register_backend(BACKEND_NAME, create_process_group)
 
-__all__ = ["BACKEND_NAME", "create_process_group", "cuda_tensors", "shared_memory_stats", "shared_min_bytes",
-           "weft_version"]
+__all__ = ["BACKEND_NAME", "create_process_group", "cuda_tensors", "empty_shared_memory_cache", "shared_memory_stats",
+           "shared_min_bytes", "weft_version"]

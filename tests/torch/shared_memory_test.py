@@ -89,11 +89,11 @@ def forked_children_write_their_own_copy():
     rank = dist.get_rank()
     kept = torch.full((LARGE,), float(rank + 1))
     freed = torch.empty(LARGE)
-    del freed  # now a kept block, which parent and child each take after the fork
+    del freed  # now a kept block: after the fork the parent may reuse it, the child must not
     child_wait, parent_done = os.pipe()  # read end, write end
 
     def child():
-        os.read(child_wait, 1)  # the parent has taken the block and written it
+        os.read(child_wait, 1)  # the parent has taken the kept block and written it
         kept.fill_(-1.0)
         reused = torch.full((LARGE,), -2.0)
         return bool((kept == -1.0).all()) and bool((reused == -2.0).all())
@@ -104,7 +104,7 @@ def forked_children_write_their_own_copy():
             os._exit(0 if child() else 1)
         except BaseException:  # noqa: BLE001  (the child must never return into the test)
             os._exit(2)
-    mine = torch.full((LARGE,), 5.0)  # the same block as the child's `reused`
+    mine = torch.full((LARGE,), 5.0)  # the kept block, which the child's copy must not be given
     os.write(parent_done, b"x")
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     os.close(parent_done)

@@ -37,21 +37,27 @@ Registry* forkRegistry = nullptr;  // what the fork handlers lock; set once, bef
 
 // A child made by fork would otherwise share every allocation's pages with its parent (they are
 // a MAP_SHARED memfd), so that a write in, say, a DataLoader worker would change the parent's
-// memory. The child maps each allocation again, privately and at the same address: it sees the
-// pages as they are, and what it writes stays its own, as with malloc's memory. (Unlike a
-// copy-on-write copy, a page the child has not written yet still shows what the parent writes
-// there later.)
+// memory. The child maps each allocation again, privately and at the same address: what it
+// writes stays its own. Unlike malloc's copy-on-write pages, a page the child has not written
+// shows the allocation as it is now, the parent's (and its peers') later writes included.
 void lockForFork() { forkRegistry->mutex.lock(); }
 void unlockInParent() { forkRegistry->mutex.unlock(); }
 void privateInChild() {
   for (auto& [start, a] : forkRegistry->byStart) {
     if (a.copiedByFork) continue;  // already private: fork copies it on write
-    // Same address, length and protection: only the sharing changes, so this cannot fail for
-    // want of address space; if it fails anyway the pages stay shared, with no pointer lost.
-    if (mmap(reinterpret_cast<void*>(start), a.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, a.fd, 0) !=
-        MAP_FAILED) {
+    void* at = reinterpret_cast<void*>(start);
+    if (mmap(at, a.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, a.fd, 0) != MAP_FAILED) {
       a.copiedByFork = true;
+      continue;
     }
+    // Refused: a private writable mapping is charged against the commit limit (strict
+    // overcommit), a shared one is not. The pages stay mapped, shared as before (a failed
+    // MAP_FIXED may have unmapped them), and the child says so; only write(2) is safe here.
+    mmap(at, a.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a.fd, 0);
+    static constexpr char kShared[] =
+        "WEFT WARN a child made by fork could not map a weftHostMemAlloc allocation privately (the memory "
+        "commit was refused): its writes there reach its parent\n";
+    [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, kShared, sizeof(kShared) - 1);
   }
   forkRegistry->mutex.unlock();
 }

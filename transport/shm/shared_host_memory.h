@@ -6,7 +6,8 @@
 // the processes.
 //
 // A child made by fork maps every allocation again, privately, at the same address: its
-// writes stay its own, and findSharedHostMemory no longer offers it to peers.
+// writes stay its own (pages it has not written show the parent's later writes), and
+// findSharedHostMemory no longer offers it to peers.
 //
 // All-reduces whose buffers every rank took from here read the peers' inputs
 // and write their outputs where they lie (coll/direct_allreduce.h): no copy
