@@ -194,7 +194,8 @@ TEST_CASE("a fork while other threads allocate leaves the child able to allocate
     while (!stop.load()) at::empty({static_cast<int64_t>(kSharedMinBytes)}).fill_(1.0f);
   });
   for (int i = 0; i < 200; ++i) {
-    const int child = inForkedChild([] { return at::ones({static_cast<int64_t>(kMiB)}).sum().item<float>() > 0 ? 0 : 2; });
+    const int child =
+        inForkedChild([] { return at::ones({static_cast<int64_t>(kMiB)}).sum().item<float>() > 0 ? 0 : 2; });
     CHECK(child == 0);
     if (child != 0) break;
   }

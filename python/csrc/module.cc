@@ -30,8 +30,8 @@ PYBIND11_MODULE(_weft_torch, m) {
         return d;
       },
       "The shared-memory CPU allocator's state: whether a process group installed it, the blocks tensors "
-      "hold (count, bytes, the most bytes at once) and those kept for reuse (count and bytes), allocations served from the kept ones, and large "
-      "allocations that got ordinary memory.");
+      "hold (count, bytes, the most bytes at once) and those kept for reuse (count and bytes), allocations "
+      "served from the kept ones, and large allocations that got ordinary memory.");
   m.def("empty_shared_memory_cache", &weft_torch::releaseSharedMemoryCache,
         "Gives the shared-memory CPU allocator's kept blocks back to the system (as torch.cuda.empty_cache); "
         "returns their bytes.");

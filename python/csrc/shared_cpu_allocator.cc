@@ -100,7 +100,8 @@ size_t usableMemory() {
 // How many ranks share this host, as the launcher says (torchrun and weftrun, Open MPI, MPICH,
 // Slurm); 0 where none says.
 long localRanksFromLauncher() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+  for (const char* name :
+       {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;
     const long n = std::strtol(value, nullptr, 10);  // Slurm may write "2(x3)": its leading count
