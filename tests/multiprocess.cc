@@ -162,4 +162,15 @@ weftComm_t soloComm(RankContext& ctx) {
   return comm;
 }
 
+int inForkedChild(const std::function<int()>& body) {
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(10);
+    _exit(body());
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 }  // namespace weft::test

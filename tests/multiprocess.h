@@ -70,6 +70,11 @@ inline bool contains(const char* text, const char* part) {
   return text != nullptr && std::strstr(text, part) != nullptr;
 }
 
+// Runs body() in a child made by fork, under a 10 s alarm (a deadlock there fails instead of
+// hanging), and returns its exit status: body's return value, 128 + the signal that ended it,
+// or -1 where the fork failed.
+int inForkedChild(const std::function<int()>& body);
+
 // A Catch2 check that every rank exited 0, showing the failed ranks' output otherwise.
 void expectAllPassed(const std::vector<RankOutcome>& outcomes);
 

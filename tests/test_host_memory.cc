@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,7 +13,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -182,24 +180,6 @@ TEST_CASE("a call's mappings of peer allocations stay until trimmed, however man
   });
   expectAllPassed(outcomes);
 }
-
-namespace {
-
-// Forks a child that runs `body` under a 10 s alarm (a deadlock in it fails the test instead of
-// hanging it) and returns its exit status, or 128 + the signal that ended it.
-int inForkedChild(const std::function<int()>& body) {
-  const pid_t child = fork();
-  if (child == 0) {
-    alarm(10);
-    _exit(body());
-  }
-  if (child < 0) return -1;
-  int status = 0;
-  if (waitpid(child, &status, 0) != child) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-}  // namespace
 
 TEST_CASE("a child made by fork writes its own copy of an allocation, not its parent's", "[host-memory]") {
   auto outcomes = runRanks(1, [](RankContext& ctx) {

@@ -8,23 +8,23 @@
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "../python/csrc/shared_cpu_allocator.hpp"
+#include "multiprocess.h"
 #include "transport/shm/shared_host_memory.h"
 
 using weft_torch::kSharedMinBytes;
 using weft_torch::sharedMemoryStats;
+using weft::test::inForkedChild;
 
 namespace {
 
@@ -55,18 +55,6 @@ void installForTest() {
   REQUIRE(setrlimit(RLIMIT_NOFILE, &limit) == 0);
   REQUIRE(sharedMemoryStats().installed);
   weft_torch::releaseSharedMemoryCache();  // what an earlier case kept
-}
-
-// Runs body in a child made by fork, under a 10 s alarm; its exit status (128 + a signal).
-int inForkedChild(const std::function<int()>& body) {
-  const pid_t child = fork();
-  if (child == 0) {
-    alarm(10);
-    _exit(body());
-  }
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace
