@@ -66,7 +66,6 @@ bool BlockPool::give(void* p) noexcept {
     if (it == live_.end()) return false;
     const Live block = it->second;
     live_.erase(it);
-    counts_.liveBlocks = live_.size();
     counts_.liveBytes -= block.bytes;
     const size_t cap = std::min(cacheCap_, counts_.peakLiveBytes);
     if (block.forks == forks_ && counts_.cachedBytes + block.bytes <= cap) {
@@ -103,7 +102,9 @@ size_t BlockPool::releaseKept() {
 
 SharedMemoryStats BlockPool::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return counts_;
+  SharedMemoryStats s = counts_;
+  s.liveBlocks = live_.size();
+  return s;
 }
 
 void BlockPool::afterForkInParent() {
@@ -127,7 +128,6 @@ void BlockPool::afterForkInChild() {
 
 void BlockPool::addLiveLocked(void* p, size_t bytes) {
   live_.emplace(p, Live{bytes, forks_});
-  counts_.liveBlocks = live_.size();
   counts_.liveBytes += bytes;
   counts_.peakLiveBytes = std::max(counts_.peakLiveBytes, counts_.liveBytes);
 }
