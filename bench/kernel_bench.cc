@@ -4,12 +4,19 @@
 // float a+b->c loop over arrays of the same byte size, so that kernel / bound reads off one
 // run (bench/kernel_ratio.py does that for the 64 MiB sums).
 //
-// Names: reduce/<isa>/<type>/<op>/<bytes per array> and bound/float_add/<bytes per array>,
-// each followed by benchmark's /min_time:S.
-// Bytes processed count what the loop reads and writes: 3 x count x element size. The "GB"
-// counter is that in 10^9 bytes per second (bytes_per_second in --benchmark_format=json).
+// The direct all-reduce's pattern is timed too, on 2 ranks: two inputs summed into two outputs
+// written around the caches, by reduceMany (one pass) and, for comparison, the way it was done
+// before (a sum into a 128 KiB scratch in cache, then streaming copies out of it).
+//
+// Names: reduce/<isa>/<type>/<op>/<bytes per array>, bound/float_add/<bytes per array>,
+// many/<isa>/<type>/sum/<bytes per array> and chain/<type>/sum/<bytes per array>, each
+// followed by benchmark's /min_time:S.
+// Bytes processed count what the loop reads and writes: 3 x count x element size (4 x for
+// many and chain: two arrays read, two written). The "GB" counter is that in 10^9 bytes per
+// second (bytes_per_second in --benchmark_format=json).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/copy_streaming.h"
 #include "kernels/float_formats.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
@@ -52,6 +60,7 @@ struct Arrays {
   uint8_t* a = nullptr;
   uint8_t* b = nullptr;
   uint8_t* c = nullptr;
+  uint8_t* d = nullptr;  // many/chain's second output
   int filledFor = -1;
 };
 
@@ -88,7 +97,8 @@ void fillArray(uint8_t* p, weftDataType_t type, std::mt19937_64& rng) {
 }
 
 Arrays& arraysFor(weftDataType_t type) {
-  static Arrays arrays{allocatePages(kLargest), allocatePages(kLargest), allocatePages(kLargest)};
+  static Arrays arrays{allocatePages(kLargest), allocatePages(kLargest), allocatePages(kLargest),
+                       allocatePages(kLargest)};
   if (arrays.filledFor != static_cast<int>(type)) {
     std::mt19937_64 rng(static_cast<uint64_t>(type) + 1);
     fillArray(arrays.a, type, rng);
@@ -114,6 +124,38 @@ void reduceBenchmark(benchmark::State& state, const char* isa, weftDataType_t ty
     benchmark::ClobberMemory();
   }
   reportBytes(state, 3.0 * static_cast<double>(count * dataTypeSize(type)));
+}
+
+void manyBenchmark(benchmark::State& state, const char* isa, weftDataType_t type) {
+  const size_t count = static_cast<size_t>(state.range(0)) / dataTypeSize(type);
+  Arrays& arrays = arraysFor(type);
+  const void* ins[] = {arrays.a, arrays.b};
+  void* outs[] = {arrays.c, arrays.d};
+  const ReduceMany call{.outs = outs, .outCount = 2, .ins = ins, .inCount = 2, .count = count,
+                        .type = type, .op = weftSum, .streaming = true};
+  for (auto _ : state) {
+    reduceManyWithIsa(isa, call);
+    benchmark::ClobberMemory();
+  }
+  reportBytes(state, 4.0 * static_cast<double>(count * dataTypeSize(type)));
+}
+
+void chainBenchmark(benchmark::State& state, weftDataType_t type) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const size_t element = dataTypeSize(type);
+  constexpr size_t kScratch = 128 << 10;
+  static std::vector<uint8_t> scratch(kScratch);
+  Arrays& arrays = arraysFor(type);
+  for (auto _ : state) {
+    for (size_t at = 0; at < bytes; at += kScratch) {
+      const size_t n = std::min(kScratch, bytes - at);
+      reduce(scratch.data(), arrays.a + at, arrays.b + at, n / element, type, weftSum);
+      copyStreaming(arrays.c + at, scratch.data(), n);
+      copyStreaming(arrays.d + at, scratch.data(), n);
+    }
+    benchmark::ClobberMemory();
+  }
+  reportBytes(state, 4.0 * static_cast<double>(bytes));
 }
 
 // The streaming bound: c = a + b over floats, the simplest loop with the same traffic (two
@@ -160,6 +202,15 @@ void registerAll() {
   for (weftDataType_t type : kTypes) {
     for (const char* isa : kCpuIsas) {
       if (!isaSupported(isa)) continue;
+      for (weftDataType_t sumType : {weftFloat32, weftBfloat16}) {
+        if (type != sumType) continue;
+        benchmark::RegisterBenchmark((std::string("many/") + isa + "/" + dataTypeName(type) + "/sum").c_str(),
+                                     manyBenchmark, isa, type)
+            ->Arg(256 << 10)
+            ->Arg(64 << 20)
+            ->MinTime(minTime)
+            ->Unit(benchmark::kMicrosecond);
+      }
       for (weftRedOp_t op : kOps) {
         const std::string name =
             std::string("reduce/") + isa + "/" + dataTypeName(type) + "/" + redOpName(op);
@@ -168,6 +219,14 @@ void registerAll() {
             ->MinTime(minTime)
             ->Unit(benchmark::kMicrosecond);
       }
+    }
+    if (type == weftFloat32 || type == weftBfloat16) {
+      benchmark::RegisterBenchmark((std::string("chain/") + dataTypeName(type) + "/sum").c_str(), chainBenchmark,
+                                   type)
+          ->Arg(256 << 10)
+          ->Arg(64 << 20)
+          ->MinTime(minTime)
+          ->Unit(benchmark::kMicrosecond);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/reduce.h"
 #include "weft/weft.h"
 
 namespace weft::kernels {
@@ -32,5 +33,6 @@ bool reduceWithIsa(const char* isa, void* dst, const void* a, const void* b, siz
                    weftDataType_t type, weftRedOp_t op);
 bool divideWithIsa(const char* isa, void* dst, const void* src, size_t count,
                    weftDataType_t type, uint64_t divisor);
+bool reduceManyWithIsa(const char* isa, const ReduceMany& call);
 
 }  // namespace weft::kernels

@@ -65,16 +65,17 @@ bool always() { return true; }
 struct Isa {
   const char* name;
   ReduceImpl reduce;
+  ReduceManyImpl reduceMany;
   DivideImpl divide;
   bool (*supported)();
 };
 
 // In the order of kCpuIsas, from the fallback up.
 const Isa kIsas[] = {
-    {"scalar", reduceScalar, divideScalar, always},
-    {"avx2", reduceAvx2, divideAvx2, cpuHasAvx2},
-    {"avx512", reduceAvx512, divideAvx512, cpuHasAvx512},
-    {"avx512bf16", reduceAvx512Bf16, divideAvx512Bf16, cpuHasAvx512Bf16},
+    {"scalar", reduceScalar, reduceManyScalar, divideScalar, always},
+    {"avx2", reduceAvx2, reduceManyAvx2, divideAvx2, cpuHasAvx2},
+    {"avx512", reduceAvx512, reduceManyAvx512, divideAvx512, cpuHasAvx512},
+    {"avx512bf16", reduceAvx512Bf16, reduceManyAvx512, divideAvx512Bf16, cpuHasAvx512Bf16},
 };
 static_assert(std::size(kIsas) == std::size(kCpuIsas));
 
@@ -117,6 +118,13 @@ bool reduceWithIsa(const char* isa, void* dst, const void* a, const void* b, siz
   return true;
 }
 
+bool reduceManyWithIsa(const char* isa, const ReduceMany& call) {
+  const Isa* found = findSupported(isa);
+  if (found == nullptr) return false;
+  found->reduceMany(call);
+  return true;
+}
+
 bool divideWithIsa(const char* isa, void* dst, const void* src, size_t count,
                    weftDataType_t type, uint64_t divisor) {
   const Isa* found = findSupported(isa);
@@ -129,6 +137,8 @@ void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_
             weftRedOp_t op) {
   active().reduce(dst, a, b, count, type, op);
 }
+
+void reduceMany(const ReduceMany& call) { active().reduceMany(call); }
 
 void divide(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor) {
   active().divide(dst, src, count, type, divisor);

@@ -35,6 +35,26 @@ bool isNarrowFloat(weftDataType_t type);
 void reduce(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
             weftRedOp_t op);
 
+// One pass that reduces several inputs into several outputs: for i < count, every outs[o][i] =
+// ins[0][i] op ins[1][i] op ... op ins[inCount - 1][i], reduced left to right exactly as a chain
+// of reduce() calls would (so bit for bit the same), with op as for reduce(). Each input is read
+// once and each output written once: a few cache lines of each at a time, all inputs before any
+// output, so an output may be one of the inputs exactly. inCount >= 1 (1 copies), outCount >= 0.
+// With `streaming`, outputs are written around the caches (kernels/cpu/copy_streaming.h) where
+// they all share one alignment to 64 bytes, else with plain stores; either way the stores are
+// complete (fenced) on return.
+struct ReduceMany {
+  void* const* outs;
+  int outCount;
+  const void* const* ins;
+  int inCount;
+  size_t count;
+  weftDataType_t type;
+  weftRedOp_t op;
+  bool streaming;
+};
+void reduceMany(const ReduceMany& call);
+
 // dst[i] = src[i] / divisor (Avg's last step). Integer types truncate toward zero, like NCCL.
 // dst may alias src exactly. Floats divide in float (double for Float64) and round back.
 // divisor is never 0 (the rank count); 0 does nothing.

@@ -376,6 +376,24 @@ WEFT_AVX2 void reduceAvx2(void* dst, const void* a, const void* b, size_t count,
   }
 }
 
+WEFT_AVX2 void reduceManyAvx2(const ReduceMany& call) {
+  switch (call.type) {
+    case weftInt8: return simdReduceMany<IntKernel<int8_t>>(call);
+    case weftUint8: return simdReduceMany<IntKernel<uint8_t>>(call);
+    case weftInt32: return simdReduceMany<IntKernel<int32_t>>(call);
+    case weftUint32: return simdReduceMany<IntKernel<uint32_t>>(call);
+    case weftInt64: return simdReduceMany<IntKernel<int64_t>>(call);
+    case weftUint64: return simdReduceMany<IntKernel<uint64_t>>(call);
+    case weftFloat16: return simdReduceMany<NarrowKernel<HalfCodec>>(call);
+    case weftFloat32: return simdReduceMany<FloatKernel<float>>(call);
+    case weftFloat64: return simdReduceMany<FloatKernel<double>>(call);
+    case weftBfloat16: return simdReduceMany<NarrowKernel<Bf16Codec>>(call);
+    case weftFloat8e4m3: return simdReduceMany<NarrowKernel<Fp8Codec<E4M3>>>(call);
+    case weftFloat8e5m2: return simdReduceMany<NarrowKernel<Fp8Codec<E5M2>>>(call);
+    case weftNumTypes: return;
+  }
+}
+
 WEFT_AVX2 void divideAvx2(void* dst, const void* src, size_t count, weftDataType_t type,
                           uint64_t divisor) {
   if (divisor == 0) return;
@@ -397,6 +415,7 @@ WEFT_AVX2 void divideAvx2(void* dst, const void* src, size_t count, weftDataType
 namespace weft::kernels {
 void reduceAvx2(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
 void divideAvx2(void*, const void*, size_t, weftDataType_t, uint64_t) {}
+void reduceManyAvx2(const ReduceMany&) {}
 }  // namespace weft::kernels
 
 #endif

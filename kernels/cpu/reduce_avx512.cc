@@ -437,6 +437,26 @@ WEFT_AVX512 void reduceAvx512(void* dst, const void* a, const void* b, size_t co
   }
 }
 
+WEFT_AVX512 void reduceManyAvx512(const ReduceMany& call) {
+  switch (call.type) {
+    case weftInt8: return simdReduceMany<IntKernel<int8_t>>(call);
+    case weftUint8: return simdReduceMany<IntKernel<uint8_t>>(call);
+    case weftInt32: return simdReduceMany<IntKernel<int32_t>>(call);
+    case weftUint32: return simdReduceMany<IntKernel<uint32_t>>(call);
+    case weftInt64: return simdReduceMany<IntKernel<int64_t>>(call);
+    case weftUint64: return simdReduceMany<IntKernel<uint64_t>>(call);
+    case weftFloat16: return simdReduceMany<NarrowKernel<HalfCodec>>(call);
+    case weftFloat32: return simdReduceMany<FloatKernel<float>>(call);
+    case weftFloat64: return simdReduceMany<FloatKernel<double>>(call);
+    case weftBfloat16: return simdReduceMany<NarrowKernel<Bf16Codec>>(call);
+    case weftFloat8e4m3:
+      return simdReduceMany<NarrowKernel<Fp8Codec<E4M3>>>(call);
+    case weftFloat8e5m2:
+      return simdReduceMany<NarrowKernel<Fp8Codec<E5M2>>>(call);
+    case weftNumTypes: return;
+  }
+}
+
 WEFT_AVX512 void divideAvx512(void* dst, const void* src, size_t count, weftDataType_t type,
                               uint64_t divisor) {
   if (divisor == 0) return;
@@ -479,6 +499,7 @@ WEFT_AVX512BF16 void divideAvx512Bf16(void* dst, const void* src, size_t count,
 namespace weft::kernels {
 void reduceAvx512(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
 void divideAvx512(void*, const void*, size_t, weftDataType_t, uint64_t) {}
+void reduceManyAvx512(const ReduceMany&) {}
 void reduceAvx512Bf16(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
 void divideAvx512Bf16(void*, const void*, size_t, weftDataType_t, uint64_t) {}
 }  // namespace weft::kernels

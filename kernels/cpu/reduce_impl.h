@@ -6,12 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/reduce.h"
 #include "weft/weft.h"
 
 namespace weft::kernels {
 
 using ReduceImpl = void (*)(void* dst, const void* a, const void* b, size_t count,
                             weftDataType_t type, weftRedOp_t op);
+using ReduceManyImpl = void (*)(const ReduceMany& call);
 using DivideImpl = void (*)(void* dst, const void* src, size_t count, weftDataType_t type,
                             uint64_t divisor);
 
@@ -20,6 +22,8 @@ void reduceScalar(void* dst, const void* a, const void* b, size_t count, weftDat
                   weftRedOp_t op);
 void divideScalar(void* dst, const void* src, size_t count, weftDataType_t type,
                   uint64_t divisor);
+// reduceMany by reduceScalar a few KiB at a time through a buffer on the stack.
+void reduceManyScalar(const ReduceMany& call);
 // Only portable: the compiler vectorizes it, and it runs once per PreMulSum input.
 void scaleScalar(void* dst, const void* src, size_t count, weftDataType_t type, const void* scalar);
 
@@ -27,12 +31,15 @@ void scaleScalar(void* dst, const void* src, size_t count, weftDataType_t type, 
 void reduceAvx2(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
                 weftRedOp_t op);
 void divideAvx2(void* dst, const void* src, size_t count, weftDataType_t type, uint64_t divisor);
+void reduceManyAvx2(const ReduceMany& call);
 
 // AVX-512 F, BW, VL and DQ.
 void reduceAvx512(void* dst, const void* a, const void* b, size_t count, weftDataType_t type,
                   weftRedOp_t op);
 void divideAvx512(void* dst, const void* src, size_t count, weftDataType_t type,
                   uint64_t divisor);
+// Also avx512bf16's: its bfloat16 results are bit-identical to these.
+void reduceManyAvx512(const ReduceMany& call);
 
 // The AVX-512 set plus AVX512-BF16, whose conversion instructions round bfloat16 results.
 void reduceAvx512Bf16(void* dst, const void* a, const void* b, size_t count,

@@ -14,10 +14,12 @@
 //    these functions stay defined behaviour if one slips through.
 #include "kernels/cpu/reduce_impl.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/copy_streaming.h"
 #include "kernels/float_formats.h"
 
 namespace weft::kernels {
@@ -247,6 +249,29 @@ void divideScalar(void* dst, const void* src, size_t count, weftDataType_t type,
 
 void scaleScalar(void* dst, const void* src, size_t count, weftDataType_t type, const void* scalar) {
   dispatchOnType<ScaleFn>(type, dst, src, count, scalar);
+}
+
+void reduceManyScalar(const ReduceMany& call) {
+  const size_t element = dataTypeSize(call.type);
+  if (element == 0 || call.inCount < 1 || call.outCount < 1) return;
+  constexpr size_t kTileBytes = 4096;
+  alignas(64) char tile[kTileBytes];
+  const size_t perTile = kTileBytes / element;
+  auto at = [&](const void* base, size_t i) { return static_cast<const char*>(base) + i * element; };
+  for (size_t i = 0; i < call.count; i += perTile) {
+    const size_t n = std::min(perTile, call.count - i);
+    if (call.inCount == 1) std::memcpy(tile, at(call.ins[0], i), n * element);
+    if (call.inCount > 1) reduceScalar(tile, at(call.ins[0], i), at(call.ins[1], i), n, call.type, call.op);
+    for (int k = 2; k < call.inCount; ++k) reduceScalar(tile, tile, at(call.ins[k], i), n, call.type, call.op);
+    for (int o = 0; o < call.outCount; ++o) {
+      char* out = static_cast<char*>(call.outs[o]) + i * element;
+      if (call.streaming) {
+        copyStreaming(out, tile, n * element);
+      } else {
+        std::memcpy(out, tile, n * element);
+      }
+    }
+  }
 }
 
 }  // namespace weft::kernels

@@ -10,16 +10,22 @@
 //   using Divisor = <a vector>; static Divisor divisor(uint64_t d);
 //   static void divideBlock(Storage* out, const Storage* in, Divisor d);
 // A block reads all its inputs before it stores, so out may alias a, b or in exactly.
+// A block is 16, 32 or 64 bytes, so that whole blocks tile a 64-byte cache line.
 #pragma once
 
 #ifndef WEFT_SIMD_TARGET
 #error "define WEFT_SIMD_TARGET before including reduce_simd.h"
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include <immintrin.h>
 
 #include "kernels/cpu/copy_small.h"
+#include "kernels/cpu/reduce.h"
 #include "weft/weft.h"
 
 namespace weft::kernels {
@@ -78,6 +84,120 @@ WEFT_SIMD_TARGET void simdReduce(void* dst, const void* a, const void* b, size_t
       return simdReduceLoop<Kernel, SimdOp::kMax>(dst, a, b, count);
     case weftMin:
       return simdReduceLoop<Kernel, SimdOp::kMin>(dst, a, b, count);
+    case weftNumOps:
+    case weftMaxRedOp:
+      return;
+  }
+}
+
+// reduceMany (reduce.h), a span of kSpanBytes (a whole number of cache lines) of every input at
+// a time: the span's blocks are reduced in input order into `span`, which stays in L1, then
+// stored to every output, so each input is read once and each output written once, in one
+// pass. Spans of several lines spread the loop over the outputs across more work. `count`
+// elements from element `from` of each array; a last span that is not whole goes through
+// zero-padded copies. kStream: every output is 64-byte aligned at `from` and `count` is whole
+// spans.
+template <typename Kernel, SimdOp op, bool kStream, size_t kSpanBytes>
+WEFT_SIMD_TARGET void reduceSpans(void* const* outs, int outCount, const void* const* ins, int inCount,
+                                  size_t from, size_t count) {
+  using T = typename Kernel::Storage;
+  constexpr size_t kLanes = Kernel::kLanes;
+  constexpr size_t kSpan = kSpanBytes / sizeof(T);
+  static_assert(kSpanBytes % 64 == 0 && 64 % (kLanes * sizeof(T)) == 0,
+                "a kernel's blocks must tile a cache line, and spans be whole lines");
+  constexpr size_t kAhead = kPrefetchBytes / sizeof(T);
+  const size_t end = from + count;
+  alignas(64) T span[kSpan];
+  alignas(64) T padded[2][kSpan];
+  for (size_t i = from; i < end; i += kSpan) {
+    const size_t n = std::min(kSpan, end - i);
+    // Input k's span: in place when whole, else a zero-padded copy in padded[k > 0].
+    auto input = [&](int k) -> const T* {
+      const T* at = static_cast<const T*>(ins[k]) + i;
+      if (n == kSpan) return at;
+      T* copy = padded[k > 0];
+      for (size_t j = 0; j < kSpan; ++j) copy[j] = T{};
+      copyBelow<kSpanBytes>(copy, at, n * sizeof(T));
+      return copy;
+    };
+    if (i + kSpan + kAhead <= end) {
+      for (int k = 0; k < inCount; ++k) {
+        const char* ahead = reinterpret_cast<const char*>(static_cast<const T*>(ins[k]) + i + kAhead);
+        for (size_t line = 0; line < kSpanBytes; line += 64) __builtin_prefetch(ahead + line);
+      }
+    }
+    if (inCount == 1) {
+      std::memcpy(span, input(0), kSpanBytes);
+    } else {
+      const T* a = input(0);
+      const T* b = input(1);
+      for (size_t j = 0; j < kSpan; j += kLanes) Kernel::template block<op>(span + j, a + j, b + j);
+      for (int k = 2; k < inCount; ++k) {
+        const T* next = input(k);
+        for (size_t j = 0; j < kSpan; j += kLanes) Kernel::template block<op>(span + j, span + j, next + j);
+      }
+    }
+    for (int o = 0; o < outCount; ++o) {
+      char* out = reinterpret_cast<char*>(static_cast<T*>(outs[o]) + i);
+      if constexpr (kStream) {
+        const auto* from32 = reinterpret_cast<const __m256i*>(span);
+        for (size_t j = 0; j < kSpanBytes / 32; ++j) {
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(out) + j, _mm256_load_si256(from32 + j));
+        }
+      } else if (n == kSpan) {
+        std::memcpy(out, span, kSpanBytes);
+      } else {
+        copyBelow<kSpanBytes>(out, span, n * sizeof(T));
+      }
+    }
+  }
+}
+
+// Eight lines a span where it can (on the development VM spans of 2 and 16 lines ran slower:
+// bench/results/2026-12-02-direct-allreduce-one-pass.md), one where it must. Streams where
+// asked and the outputs allow (see reduceMany): a head up to the first output's 64-byte
+// boundary and a tail of less than a line are stored plainly, the whole lines between around
+// the caches; then a fence, so that the streamed stores are visible before whatever the caller
+// publishes next.
+template <typename Kernel, SimdOp op>
+WEFT_SIMD_TARGET void simdReduceManyLoop(const ReduceMany& call) {
+  using T = typename Kernel::Storage;
+  constexpr size_t kLineBytes = 64, kSpanBytes = 8 * kLineBytes;
+  constexpr size_t kLine = kLineBytes / sizeof(T), kSpan = kSpanBytes / sizeof(T);
+  void* const* outs = call.outs;
+  const void* const* ins = call.ins;
+  const int outCount = call.outCount, inCount = call.inCount;
+  const size_t count = call.count;
+  if (outCount == 0) return;
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(outs[0]) % kLineBytes;
+  bool streaming = call.streaming && misalign % sizeof(T) == 0;
+  for (int o = 1; o < outCount && streaming; ++o) {
+    streaming = reinterpret_cast<uintptr_t>(outs[o]) % kLineBytes == misalign;
+  }
+  if (!streaming) return reduceSpans<Kernel, op, false, kSpanBytes>(outs, outCount, ins, inCount, 0, count);
+  const size_t head = std::min(count, (kLineBytes - misalign) % kLineBytes / sizeof(T));
+  const size_t spans = (count - head) / kSpan * kSpan;
+  const size_t lines = (count - head - spans) / kLine * kLine;
+  const size_t tail = count - head - spans - lines;
+  reduceSpans<Kernel, op, false, kLineBytes>(outs, outCount, ins, inCount, 0, head);
+  reduceSpans<Kernel, op, true, kSpanBytes>(outs, outCount, ins, inCount, head, spans);
+  reduceSpans<Kernel, op, true, kLineBytes>(outs, outCount, ins, inCount, head + spans, lines);
+  reduceSpans<Kernel, op, false, kLineBytes>(outs, outCount, ins, inCount, count - tail, tail);
+  _mm_sfence();
+}
+
+template <typename Kernel>
+WEFT_SIMD_TARGET void simdReduceMany(const ReduceMany& call) {
+  switch (call.op) {
+    case weftSum:
+    case weftAvg:
+      return simdReduceManyLoop<Kernel, SimdOp::kSum>(call);
+    case weftProd:
+      return simdReduceManyLoop<Kernel, SimdOp::kProd>(call);
+    case weftMax:
+      return simdReduceManyLoop<Kernel, SimdOp::kMax>(call);
+    case weftMin:
+      return simdReduceManyLoop<Kernel, SimdOp::kMin>(call);
     case weftNumOps:
     case weftMaxRedOp:
       return;
