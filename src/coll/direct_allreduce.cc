@@ -154,33 +154,41 @@ Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transpor
     }
   }
 
-  // This rank's block: every rank's input summed in rank order, a chunk at a
-  // time into a chunk of scratch that stays in cache, then written to every
-  // rank's output (this rank's first). Only this rank reads or writes block
-  // `me` of any buffer, so in place a chunk's inputs are all read before its
-  // outputs are written; and there its lines are in cache already (just read),
-  // so plain stores. Out of place, streaming stores where the call is too large
-  // for the caches (a plain store would read each output line first: see
-  // kernels/cpu/copy_streaming.h).
-  const weftRedOp_t op = call.op == weftAvg ? weftSum : call.op;
-  const bool inPlace = call.recv == call.send;
+  // This rank's block: every rank's input reduced in rank order and written to every rank's
+  // output (this rank's first), one pass a cache line at a time (kernels::reduceMany), so each
+  // input byte is read once and each output byte written once. Only this rank reads or writes
+  // block `me` of any buffer, so in place a line's inputs are all read before its outputs are
+  // written; and there its lines are in cache already (just read), so plain stores. Out of
+  // place, streaming stores where the call is too large for the caches (a plain store would
+  // read each output line first: see kernels/cpu/copy_streaming.h). Avg sums into a chunk of
+  // scratch that stays in cache, divides it there, then copies it out.
+  const bool avg = call.op == weftAvg;
+  const bool streaming = call.streaming && call.recv != call.send;
   const size_t first = blockStart(call.count, n, me);
   const size_t last = blockStart(call.count, n, me + 1);
   const size_t chunk = std::max<size_t>(1, kChunkBytes / element);
-  // Made once per thread: at kChunkBytes, malloc would map and unmap it on
-  // every call.
+  // Made once per thread: at kChunkBytes, malloc would map and unmap it on every call.
   thread_local const std::unique_ptr<char[]> partial(new char[kChunkBytes]);
-  char* sum = partial.get();
+  std::vector<const void*> ins(static_cast<size_t>(n));
+  std::vector<void*> outs(static_cast<size_t>(n));
   for (size_t at = first; at < last; at += chunk) {
     if (Status st = checkNoneGaveUp(arena, mappedSeq, context); !st.isOk()) return giveUp(st);
     const size_t c = std::min(chunk, last - at);
     const size_t offset = at * element;
-    kernels::reduce(sum, sends[0] + offset, sends[1] + offset, c, call.type, op);
-    for (int r = 2; r < n; ++r) kernels::reduce(sum, sum, sends[static_cast<size_t>(r)] + offset, c, call.type, op);
-    if (call.op == weftAvg) kernels::divide(sum, sum, c, call.type, static_cast<uint64_t>(n));
-    for (int k = 0; k < n; ++k) {
-      copy(recvs[static_cast<size_t>((me + k) % n)] + offset, sum, c * element, call.streaming && !inPlace);
+    for (int r = 0; r < n; ++r) {
+      ins[static_cast<size_t>(r)] = sends[static_cast<size_t>(r)] + offset;
+      outs[static_cast<size_t>(r)] = recvs[static_cast<size_t>((me + r) % n)] + offset;
     }
+    if (!avg) {
+      kernels::reduceMany({.outs = outs.data(), .outCount = n, .ins = ins.data(), .inCount = n, .count = c,
+                           .type = call.type, .op = call.op, .streaming = streaming});
+      continue;
+    }
+    void* sum = partial.get();
+    kernels::reduceMany({.outs = &sum, .outCount = 1, .ins = ins.data(), .inCount = n, .count = c,
+                         .type = call.type, .op = weftSum, .streaming = false});
+    kernels::divide(sum, sum, c, call.type, static_cast<uint64_t>(n));
+    for (void* out : outs) copy(static_cast<char*>(out), partial.get(), c * element, streaming);
   }
 
   // Round 3: every rank has written its block everywhere, so none returns (and
