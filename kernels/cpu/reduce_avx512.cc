@@ -429,10 +429,8 @@ WEFT_AVX512 void reduceAvx512(void* dst, const void* a, const void* b, size_t co
     case weftFloat32: return simdReduce<FloatKernel<float>>(dst, a, b, count, op);
     case weftFloat64: return simdReduce<FloatKernel<double>>(dst, a, b, count, op);
     case weftBfloat16: return simdReduce<NarrowKernel<Bf16Codec>>(dst, a, b, count, op);
-    case weftFloat8e4m3:
-      return simdReduce<NarrowKernel<Fp8Codec<E4M3>>>(dst, a, b, count, op);
-    case weftFloat8e5m2:
-      return simdReduce<NarrowKernel<Fp8Codec<E5M2>>>(dst, a, b, count, op);
+    case weftFloat8e4m3: return simdReduce<NarrowKernel<Fp8Codec<E4M3>>>(dst, a, b, count, op);
+    case weftFloat8e5m2: return simdReduce<NarrowKernel<Fp8Codec<E5M2>>>(dst, a, b, count, op);
     case weftNumTypes: return;
   }
 }
@@ -449,10 +447,8 @@ WEFT_AVX512 void reduceManyAvx512(const ReduceMany& call) {
     case weftFloat32: return simdReduceMany<FloatKernel<float>>(call);
     case weftFloat64: return simdReduceMany<FloatKernel<double>>(call);
     case weftBfloat16: return simdReduceMany<NarrowKernel<Bf16Codec>>(call);
-    case weftFloat8e4m3:
-      return simdReduceMany<NarrowKernel<Fp8Codec<E4M3>>>(call);
-    case weftFloat8e5m2:
-      return simdReduceMany<NarrowKernel<Fp8Codec<E5M2>>>(call);
+    case weftFloat8e4m3: return simdReduceMany<NarrowKernel<Fp8Codec<E4M3>>>(call);
+    case weftFloat8e5m2: return simdReduceMany<NarrowKernel<Fp8Codec<E5M2>>>(call);
     case weftNumTypes: return;
   }
 }
@@ -465,10 +461,8 @@ WEFT_AVX512 void divideAvx512(void* dst, const void* src, size_t count, weftData
     case weftFloat32: return simdDivide<FloatKernel<float>>(dst, src, count, divisor);
     case weftFloat64: return simdDivide<FloatKernel<double>>(dst, src, count, divisor);
     case weftBfloat16: return simdDivide<NarrowKernel<Bf16Codec>>(dst, src, count, divisor);
-    case weftFloat8e4m3:
-      return simdDivide<NarrowKernel<Fp8Codec<E4M3>>>(dst, src, count, divisor);
-    case weftFloat8e5m2:
-      return simdDivide<NarrowKernel<Fp8Codec<E5M2>>>(dst, src, count, divisor);
+    case weftFloat8e4m3: return simdDivide<NarrowKernel<Fp8Codec<E4M3>>>(dst, src, count, divisor);
+    case weftFloat8e5m2: return simdDivide<NarrowKernel<Fp8Codec<E5M2>>>(dst, src, count, divisor);
     default: return divideScalar(dst, src, count, type, divisor);  // integers, or invalid
   }
 }
