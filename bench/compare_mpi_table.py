@@ -26,7 +26,9 @@ Each --run is one rank count and gets its own table and verdicts. Targets (repor
 enforced through the exit status), for all-reduce:
   * Weft's busbw >= 2x Open MPI's at every size >= 1 MiB;
   * Weft's busbw >= 70% of the memory bound at every size >= 16 MiB;
-  * Weft's 8-byte time <= Open MPI's;
+  * Weft's 8-byte time <= Open MPI's: with --latency-pair runs for that rank count, the median
+    over its steady pairs (readings within 1.5x of each other) of Weft's time / Open MPI's, each
+    pair's two runs side by side; else the sweeps' 8-byte medians;
 and for broadcast and all-gather (no probe input):
   * Weft's busbw >= Open MPI's at every size >= 64 KiB.
 
@@ -191,6 +193,44 @@ def latency_verdict(table):
     return ("MET" if ratio <= 1.0 else "MISSED"), detail
 
 
+def parse_speeds(text):
+    """cpu-pair-latency readings "R0/R1/R2" (ns) around a pair's runs, or None where they are missing
+    ("unknown")."""
+    try:
+        values = [float(v) for v in text.split("/")]
+    except ValueError:
+        return None
+    return values if len(values) >= 2 and min(values) > 0 else None
+
+
+def paired_latency(pairs):
+    """The 8-byte verdict from side-by-side runs: `pairs` holds (weft_us, mpi_us, readings or None)
+    per pair. Returns (status, detail, the steady flag of each pair)."""
+    steady = [r is not None and max(r) / min(r) <= STEADY_SPEED_RATIO for _, _, r in pairs]
+    used = [p for p, ok in zip(pairs, steady) if ok]
+    note = f"{len(used)} of {len(pairs)} pairs steady"
+    if not used:
+        used = pairs
+        note = ("no pair had speed readings: all kept" if all(r is None for _, _, r in pairs)
+                else "the speed changed in every pair: all kept")
+    ratios = [w / m for w, m, _ in used]
+    ratio = statistics.median(ratios)
+    wins = sum(1 for r in ratios if r <= 1.0)
+    detail = (f"median Weft/Open MPI time ratio {ratio:.2f} over paired runs (target <= 1; {note}; "
+              f"Weft at or under Open MPI in {wins} of {len(used)})")
+    return ("MET" if ratio <= 1.0 else "MISSED"), detail, steady
+
+
+def pair_lines(pairs, steady):
+    lines = ["| pair | runs first | weft 8 B (us) | mpi 8 B (us) | weft / mpi | cpu-pair-latency before / "
+             "between / after (ns) | steady |", "|---:|---|---:|---:|---:|---|---|"]
+    for i, ((w, m, r), ok) in enumerate(zip(pairs, steady)):
+        readings = " / ".join(f"{v:.0f}" for v in r) if r else "-"
+        lines.append(f"| {i + 1} | {'weft' if i % 2 == 0 else 'mpi'} | {w:.2f} | {m:.2f} | {w / m:.2f} | "
+                     f"{readings} | {'yes' if ok else 'no'} |")
+    return lines
+
+
 def verdicts_of(table, collective):
     if collective != "allreduce":
         return [("busbw >= Open MPI's at every size >= 64 KiB",
@@ -296,7 +336,7 @@ def write_record(args, sections):
         *(["$WORK is a scratch directory that bench/compare removes afterwards.", ""]
           if any("$WORK" in c for c in commands) else []),
     ]
-    for nranks, table, verdicts, rounds_line in sections:
+    for nranks, table, verdicts, rounds_line, pairs in sections:
         oversubscribed = nranks > (os.cpu_count() or nranks)
         lines += [
             f"## {nranks} ranks{' (oversubscribed)' if oversubscribed else ''}",
@@ -309,6 +349,8 @@ def write_record(args, sections):
             markdown_table(table),
             "",
         ]
+        if pairs:
+            lines += [f"Paired 8-byte runs ({nranks} ranks), in the order they ran:", "", *pairs, ""]
     os.makedirs(args.record_dir, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
@@ -338,6 +380,10 @@ def main(argv=None):
     parser.add_argument("--commit", help="Weft revision, for the record")
     parser.add_argument("--loadavg", help="/proc/loadavg before the runs, for the record")
     parser.add_argument("--loadavg-after", help="/proc/loadavg after the runs, for the record")
+    parser.add_argument("--latency-pair", nargs=4, action="append", default=[],
+                        metavar=("NRANKS", "WEFT", "MPI", "R0/R1/R2"),
+                        help="one pair of 8-byte runs side by side (weft-perf and mpi-bench -J files) with "
+                             "cpu-pair-latency's readings (ns) before, between and after them (repeatable)")
     parser.add_argument("--round-speeds", nargs=2, action="append", metavar=("NRANKS", "B/A,..."),
                         help="cpu-pair-latency's median (ns) before and after each round of that rank "
                              "count's runs (repeatable)")
@@ -386,7 +432,32 @@ def main(argv=None):
         if missing and want == 4:
             warn(f"{nranks} ranks: no probe bound for {', '.join(missing)}")
         verdicts = verdicts_of(table, args.collective)
-        sections.append((nranks, table, verdicts, rounds_line))
+        pairs = []
+        try:
+            for pair_ranks, weft_pair, mpi_pair, readings in args.latency_pair:
+                if pair_ranks != nranks_text:
+                    continue
+                rows = [load_median_rows([path], f"{name} 8 B pair ({nranks} ranks)", args.collective, redop, nranks)
+                        for path, name in ((weft_pair, "weft"), (mpi_pair, "mpi"))]
+                for pair_rows, name in zip(rows, ("weft", "mpi")):
+                    bad += wrong_rows(pair_rows, f"{name} 8 B pair ({nranks} ranks)")
+                times = [metric(r.get(LATENCY_SIZE), args.placement, "time_us") for r in rows]
+                if None in times or times[1] == 0:
+                    raise InputError(f"{weft_pair} / {mpi_pair}: no {LATENCY_SIZE}-byte time on one side")
+                pairs.append((times[0], times[1], parse_speeds(readings)))
+        except InputError as e:
+            print(f"compare_mpi_table: {e}", file=sys.stderr)
+            return 1
+        pair_table = []
+        if pairs:
+            status, detail, steady = paired_latency(pairs)
+            sweep = next((e for e in table if e["size"] == LATENCY_SIZE), None)
+            if sweep and sweep["weft_time"] is not None and sweep["mpi_time"] is not None:
+                detail += f"; the sweeps' medians: Weft {sweep['weft_time']:.2f} us, Open MPI {sweep['mpi_time']:.2f} us"
+            verdicts = [v for v in verdicts if not v[0].startswith("8-byte")]
+            verdicts.append(("8-byte time <= Open MPI's", status, detail))
+            pair_table = pair_lines(pairs, steady)
+        sections.append((nranks, table, verdicts, rounds_line, pair_table))
         for rows, name in checked:
             bad += wrong_rows(rows, f"{name} ({nranks} ranks)")
 
@@ -398,6 +469,9 @@ def main(argv=None):
             print(f"rounds ({nranks} ranks): {rounds_line}")
         for name, status, detail in verdicts:
             print(f"target ({nranks} ranks): {name}: {status} ({detail})")
+        if pair_table:
+            print(f"paired 8-byte runs ({nranks} ranks):")
+            print("\n".join(pair_table))
         print()
 
     for line in bad:

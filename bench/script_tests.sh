@@ -40,6 +40,17 @@ json.dump([{"collective": "allreduce", "size": s, "count": s // 4, "type": "floa
 PY
 }
 
+# lat FILE TIME_US [WRONG]: one 8-byte all-reduce row of 2 ranks, as a paired latency run writes it.
+lat() {
+  "$py" - "$1" "$2" "${3:-0}" <<'PY'
+import json, sys
+path, time_us, wrong = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
+placement = {"time_us": time_us, "algbw": 8 / time_us / 1e3, "busbw": 8 / time_us / 1e3, "wrong": wrong}
+json.dump([{"collective": "allreduce", "size": 8, "count": 2, "type": "float", "redop": "sum", "root": -1,
+            "nranks": 2, "oop": placement, "ip": placement}], open(path, "w"))
+PY
+}
+
 probe_rows() {  # FILE: mem-bound-probe -J rows for the sizes rows() writes
   echo '[{"size": 8, "nprocs": 2, "copy_gbps": 5}, {"size": 1048576, "nprocs": 2, "copy_gbps": 5},
          {"size": 16777216, "nprocs": 2, "copy_gbps": 5}]' > "$1"
@@ -92,6 +103,21 @@ case $mode in
     # "wrong" that is no count fails them even beside a round that passed.
     expect 1 'data check FAILED: weft \(2 ranks\) 8 B oop: no data check' "${table[@]}" \
       --run 2 good.json,bad.json good.json,good.json probe.json,probe.json --round-speeds 2 10/10,30/10
+    # Paired 8-byte runs decide the latency verdict: the steady pairs only (readings within 1.5x),
+    # all of them where none held steady; each pair's data checks count.
+    lat w-fast.json 0.40; lat m-fast.json 0.50; lat w-slow.json 0.90; lat w-bad.json 0.40 3
+    expect 0 "8-byte time <= Open MPI's: MET \\(median Weft/Open MPI time ratio 0.80 .*1 of 3 pairs steady" \
+      "${table[@]}" --run 2 good.json good.json probe.json --latency-pair 2 w-fast.json m-fast.json 100/100/110 \
+      --latency-pair 2 w-slow.json m-fast.json 100/400/400 --latency-pair 2 w-fast.json m-fast.json unknown
+    expect 0 "MISSED \\(median Weft/Open MPI time ratio 1.80 .*the speed changed in every pair: all kept" \
+      "${table[@]}" --run 2 good.json good.json probe.json --latency-pair 2 w-slow.json m-fast.json 100/400/400
+    expect 0 '^recorded ' "${table[@]}" --run 2 good.json good.json probe.json --record-dir rec \
+      --latency-pair 2 w-fast.json m-fast.json 100/100/100
+    grep -q '^Paired 8-byte runs (2 ranks)' rec/*.md || { echo "FAILED: the record lost the pairs:"; cat rec/*.md; exit 1; }
+    expect 1 'data check FAILED: weft 8 B pair \(2 ranks\) 8 B oop: 3 wrong' "${table[@]}" \
+      --run 2 good.json good.json probe.json --latency-pair 2 w-bad.json m-fast.json 100/100/100
+    expect 1 'mpi 8 B pair \(2 ranks\) results empty.json hold no usable' "${table[@]}" \
+      --run 2 good.json good.json probe.json --latency-pair 2 w-fast.json empty.json 100/100/100
     expect 1 'probe results empty.json hold no usable rows' "${table[@]}" --run 2 good.json good.json empty.json
     expect 1 'mpi \(2 ranks\) results empty.json hold no usable' "${table[@]}" --run 2 good.json empty.json probe.json
     ;;
@@ -100,7 +126,8 @@ case $mode in
     # missing build would otherwise be the first error (1).
     for args in "--repeats 3" "--repeats 1" "--peer gloo --repeats 2" "--repeats 2 --quick" "--bind" \
                 "--collective broadcast" "--repeats 0 --peer mpi" "--peer nosuch" "--bogus" "--host-mem" \
-                "--peer mpi --collective allgather --host-mem"; do
+                "--peer mpi --collective allgather --host-mem" "--latency-pairs 2" "--peer mpi --latency-pairs x" \
+                "--peer mpi --collective broadcast --latency-pairs 2"; do
       # shellcheck disable=SC2086
       expect 2 '^compare: ' env BUILD_DIR="$work/none" "$here/compare" $args
     done
