@@ -383,7 +383,9 @@ def main(argv=None):
     parser.add_argument("--latency-pair", nargs=4, action="append", default=[],
                         metavar=("NRANKS", "WEFT", "MPI", "R0/R1/R2"),
                         help="one pair of 8-byte runs side by side (weft-perf and mpi-bench -J files) with "
-                             "cpu-pair-latency's readings (ns) before, between and after them (repeatable)")
+                             "cpu-pair-latency's readings (ns) before, between and after them, or 'unknown' (repeatable; "
+                             "in the order they ran, Weft's run first in the 1st, 3rd, ... pair, as bench/compare "
+                             "runs them)")
     parser.add_argument("--round-speeds", nargs=2, action="append", metavar=("NRANKS", "B/A,..."),
                         help="cpu-pair-latency's median (ns) before and after each round of that rank "
                              "count's runs (repeatable)")
