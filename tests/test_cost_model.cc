@@ -113,6 +113,12 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
   auto unknown = mixed;
   unknown.back().cacheBytes = 0;
   CHECK(plan::cacheBytesPerRank(unknown) == 0);
+  // A VM's 2 CPUs reporting their host's 260 MiB of L3: it counts for 16 MiB a CPU, so each of
+  // 2 ranks has 16 MiB; without a CPU count nothing caps it.
+  auto vm = withCache(interleaved(1, 2, 2), size_t{260} << 20);
+  CHECK(plan::cacheBytesPerRank(vm) == plan::kMostCacheBytesPerCpu);
+  for (auto& r : vm) r.cpus = 0;
+  CHECK(plan::cacheBytesPerRank(vm) == (size_t{130} << 20));
 
   const auto pair = withCache(interleaved(1, 2, 2), size_t{32} << 20);
   const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(pair));
@@ -208,6 +214,37 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
       CAPTURE(t.bytes);
       CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, t.bytes, chunk) ==
             Approx(t.us).epsilon(0.03));
+    }
+  }
+  // A host whose last-level cache is too large to time beyond (260 MiB for 2 ranks whose CPUs
+  // are unknown, so that nothing caps it): only the small call and one in the cache are timed.
+  // They set alpha and the per-byte costs; the discount stays, so the memory's rate is the
+  // cached one over it.
+  {
+    auto ranks = interleaved(1, 2, 2);
+    for (auto& r : ranks) {
+      r.cacheBytes = size_t{260} << 20;
+      r.cpus = 0;
+    }
+    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 2, plan::ranksPerCpu(ranks),
+                                             plan::cacheBytesPerRank(ranks));
+    const coll::LinkCost truth{0.9, 1.0 / 3000.0, 1.0 / 6000.0, coll::defaultSharedMemoryCost().inCacheFactor};
+    const size_t chunk = coll::kSharedMemoryChunkBytes;
+    auto timed = [&](size_t bytes) {
+      return coll::Timing{bytes,
+                          coll::predictUs(truth, layout, Collective::AllReduce, Algorithm::Ring, bytes, chunk)};
+    };
+    coll::MeasuredAllReduce measured;
+    measured.ringSmall = timed(1024);
+    measured.ringCached = timed(layout.cacheBytesPerRank / 4);
+    const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, measured);
+    CAPTURE(fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor);
+    CHECK(fit.link.inCacheFactor == coll::defaultSharedMemoryCost().inCacheFactor);
+    CHECK(fit.link.betaUsPerB == Approx(truth.betaUsPerB).epsilon(0.03));
+    for (size_t bytes : {size_t{1024}, size_t{1} << 20, layout.cacheBytesPerRank / 4, layout.cacheBytesPerRank}) {
+      CAPTURE(bytes);
+      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, bytes, chunk) ==
+            Approx(timed(bytes).us).epsilon(0.03));
     }
   }
   // Nothing timed: nothing changes.

@@ -42,15 +42,28 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
   // moves none of them by more than 0.1%; otherwise the last price fitted would pull the small
   // call's prediction away from its timing. Beta and gamma scale the given link's, whose ratio
   // they keep.
+  //
+  // Where the buffers beyond the cache would be too large to time (a host whose last-level cache
+  // is hundreds of MiB: measureLinks skips it), the timing in the cache is the only one of the
+  // per-byte costs: it sets them at the cached rate, and the memory's rate follows from the
+  // link's discount, kept as it was. Fitting the discount to it instead would leave the memory's
+  // rate at the default and every prediction out of the cache off by however far that is.
+  auto scaleBytes = [&](FittedCosts& c, double s) {
+    c.link.betaUsPerB = link.betaUsPerB * s;
+    c.link.gammaUsPerB = link.gammaUsPerB * s;
+  };
+  const bool memoryTimed = measured.ringMemory.us > 0;
   for (int pass = 0; pass < 20; ++pass) {
     const LinkCost before = fitted.link;
     fit(Algorithm::Ring, measured.ringSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.link.alphaUs = a; });
-    fit(Algorithm::Ring, measured.ringMemory, 1e-3, 1e3, [&](FittedCosts& c, double s) {
-      c.link.betaUsPerB = link.betaUsPerB * s;
-      c.link.gammaUsPerB = link.gammaUsPerB * s;
-    });
-    if (layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
-      fit(Algorithm::Ring, measured.ringCached, 0.05, 1.0, [](FittedCosts& c, double f) { c.link.inCacheFactor = f; });
+    if (memoryTimed) {
+      fit(Algorithm::Ring, measured.ringMemory, 1e-3, 1e3, scaleBytes);
+      if (layout.cacheBytesPerRank > 0 && link.inCacheFactor < 1) {
+        fit(Algorithm::Ring, measured.ringCached, 0.05, 1.0,
+            [](FittedCosts& c, double f) { c.link.inCacheFactor = f; });
+      }
+    } else {
+      fit(Algorithm::Ring, measured.ringCached, 1e-3, 1e3, scaleBytes);
     }
     auto moved = [](double a, double b) { return std::abs(a - b) > 1e-3 * std::abs(b); };
     if (!moved(fitted.link.alphaUs, before.alphaUs) && !moved(fitted.link.betaUsPerB, before.betaUsPerB) &&

@@ -34,7 +34,8 @@ struct FittedCosts {
 
 // `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
 // ratio kept) and inCacheFactor for the link (only where it has a cache discount), alphaUs and
-// betaUsPerB for the arena. A part whose timing is missing keeps what it had.
+// betaUsPerB for the arena. A part whose timing is missing keeps what it had; where the timing
+// beyond the cache is missing, the one in it sets beta and gamma, and the discount stays.
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured);
 

@@ -101,7 +101,10 @@ size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
     h.cacheBytes = h.ranks == 1 ? r.cacheBytes : std::min(h.cacheBytes, r.cacheBytes);
   }
   size_t least = SIZE_MAX;
-  for (const auto& [host, h] : hosts) least = std::min(least, h.cacheBytes / std::max(h.ranks, h.cpus));
+  for (const auto& [host, h] : hosts) {
+    const size_t usable = h.cpus > 0 ? std::min(h.cacheBytes, kMostCacheBytesPerCpu * h.cpus) : h.cacheBytes;
+    least = std::min(least, usable / std::max(h.ranks, h.cpus));
+  }
   return least == SIZE_MAX ? 0 : least;
 }
 

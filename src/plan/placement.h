@@ -38,8 +38,17 @@ double ranksPerCpu(const std::vector<RankPlacement>& ranks);
 // cache over its ranks, or over its CPUs where it has more of those, since the other CPUs' work
 // uses the cache too (on a 16-CPU VM with a 300 MiB L3, 2 ranks copied 32-64 MiB at plain-store
 // speed as if out of cache: bench/results/2026-11-26-cpu-on-h200-host.md); 0 where any host's
-// cache is unknown.
+// cache is unknown. A host's cache counts for at most kMostCacheBytesPerCpu per CPU (see there).
 size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks);
+
+// No x86 CPU has more last-level cache per core than 12 MiB (AMD's 3D V-Cache parts: 96 MiB over
+// 8 cores). A host reporting much more per CPU is a VM given a few CPUs of a larger machine's
+// L3, which that machine's other CPUs fill too: a 2-CPU VM reporting 260 MiB copied 32 MiB
+// buffers at memory speed in some runs and at cache speed in others, and its direct all-reduce
+// of 16-64 MiB ran faster with streaming stores (bench/results/2026-12-02-cache-share-cap.md).
+// 16 MiB leaves a margin above the 12, and leaves the 2-CPU VMs that report one 32 MiB L3 (an
+// EPYC's, where the cost model's defaults were measured) as they were.
+inline constexpr size_t kMostCacheBytesPerCpu = size_t{16} << 20;
 
 // The NUMA node holding every CPU this thread may run on, or -1: unbound (CPUs on several
 // nodes) or unknown.
