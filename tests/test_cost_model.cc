@@ -173,6 +173,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     const coll::LinkCost truth{0.7, 1.0 / 9000.0, 1.0 / 20000.0, 0.6};
     coll::CommLayout truthLayout = layout;
     truthLayout.arenaLink = {0.3, 1.0 / 12000.0, 0.0};
+    truthLayout.treeHopCrowding = 1.9;
     const size_t chunk = coll::kSharedMemoryChunkBytes;
     auto timed = [&](Algorithm a, size_t bytes) {
       return coll::Timing{bytes, coll::predictUs(truth, truthLayout, Collective::AllReduce, a, bytes, chunk)};
@@ -180,7 +181,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     const size_t share = layout.cacheBytesPerRank;
     const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024), timed(Algorithm::Ring, share / 4),
                                            timed(Algorithm::Ring, 2 * share), timed(Algorithm::OneShot, 8),
-                                           timed(Algorithm::OneShot, coll::kArenaMaxBytes)};
+                                           timed(Algorithm::OneShot, coll::kArenaMaxBytes), timed(Algorithm::Tree, 1024)};
     // From the defaults; the defaults' beta/gamma ratio is kept, so gamma is compared as beta + gamma.
     const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, measured);
     CAPTURE(cpus, fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor, fit.arena.alphaUs);
@@ -195,6 +196,15 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
             Approx(t.us).epsilon(0.03));
     }
     CHECK(fit.link.inCacheFactor < 1.0);
+    // The tree's crowding only where ranks share CPUs: elsewhere a hop's wait does not grow.
+    if (cpus == 2) {
+      fitLayout.treeHopCrowding = fit.treeHopCrowding;
+      CHECK(fit.treeHopCrowding == Approx(1.9).epsilon(0.03));
+      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Tree, 1024, chunk) ==
+            Approx(measured.treeSmall.us).epsilon(0.03));
+    } else {
+      CHECK(fit.treeHopCrowding == coll::kHopCrowding);
+    }
   }
   // Timings a 2-rank communicator took at init on the 2-core VM (WEFT_DEBUG=INFO's "timed at
   // init" line, 2026-11-27): the fit must give back every one of them, the small call's too,

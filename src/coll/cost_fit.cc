@@ -23,7 +23,7 @@ double solveRising(const std::function<double(double)>& rising, double target, d
 
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured) {
-  FittedCosts fitted{link, layout.arenaLink};
+  FittedCosts fitted{link, layout.arenaLink, layout.treeHopCrowding};
   // Sets one price (via `set`) so that the model's price of `algorithm` for t.bytes is t.us.
   auto fit = [&](Algorithm algorithm, const Timing& t, double lo, double hi,
                  const std::function<void(FittedCosts&, double)>& set) {
@@ -33,6 +33,7 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
       set(trial, x);
       CommLayout l = layout;
       l.arenaLink = trial.arena;
+      l.treeHopCrowding = trial.treeHopCrowding;
       return predictUs(trial.link, l, Collective::AllReduce, algorithm, t.bytes, chunkBytes);
     };
     set(fitted, solveRising(price, t.us, lo, hi));
@@ -70,6 +71,11 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
         !moved(fitted.link.inCacheFactor, before.inCacheFactor)) {
       break;
     }
+  }
+  // The tree's hops wait apart from the ring's steps only where ranks share CPUs (with 2 ranks
+  // the tree is priced as the ring).
+  if (layout.nranks > 2 && layout.ranksPerCpu > 1) {
+    fit(Algorithm::Tree, measured.treeSmall, 0.01, 30.0, [](FittedCosts& c, double x) { c.treeHopCrowding = x; });
   }
   if (layout.arenaBytes == 0) return fitted;
   fit(Algorithm::OneShot, measured.arenaSmall, 0.01, 1e4, [](FittedCosts& c, double a) { c.arena.alphaUs = a; });

@@ -2,7 +2,8 @@
 // per-message cost from a small ring all-reduce, the per-byte costs from one too large for the
 // cache, and the discount while the buffers stay in the cache from one that fits. For the
 // shared-memory arena: its per-call cost from a one-shot of a few bytes through it, its per-byte
-// cost from the largest it takes. Each is found so that the model's own price (predictUs)
+// cost from the largest it takes. Where ranks share CPUs, how a tree's hop waits for them from a
+// small tree all-reduce. Each is found so that the model's own price (predictUs)
 // matches the time, which keeps the crowding and pipelining the model applies out of the
 // fitted numbers.
 #pragma once
@@ -25,16 +26,19 @@ struct MeasuredAllReduce {
   Timing ringMemory;   // footprint beyond twice the rank's cache share
   Timing arenaSmall;   // one-shot through the arena, a few bytes
   Timing arenaLarge;   // one-shot through the arena, the most it takes
+  Timing treeSmall;    // the tree, latency-bound, where ranks share CPUs
 };
 
 struct FittedCosts {
   LinkCost link;
   LinkCost arena;
+  double treeHopCrowding = kHopCrowding;  // CommLayout::treeHopCrowding
 };
 
 // `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
 // ratio kept) and inCacheFactor for the link (only where it has a cache discount), alphaUs and
-// betaUsPerB for the arena. A part whose timing is missing keeps what it had; where the timing
+// betaUsPerB for the arena, and the layout's treeHopCrowding (only where there are more than 2
+// ranks and more ranks than CPUs). A part whose timing is missing keeps what it had; where the timing
 // beyond the cache is missing, the one in it sets beta and gamma, and the discount stays.
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured);

@@ -40,9 +40,6 @@ bool runsOnArena(const CommLayout& layout, Collective collective, Algorithm algo
 
 namespace {
 
-// How much longer a hop waits for each doubling of the ranks per CPU (see crowded()).
-constexpr double kHopCrowding = 3.1;
-
 // How much longer a call through the arena waits for each further rank per CPU: the ranks yet
 // to publish must get a CPU (fitted on a quiet 2-core VM with 2, 4 and 8 ranks: about 0.5, 6 and
 // 17 us for 8 bytes, 0.5 + 5.5 (k - 1) with the default per-call cost).
@@ -164,12 +161,14 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           const double f = std::max(1, layout.treeFanOut);
           const double piece = std::min(b, 2 * chunk);
           const double reduceUncrowded = link.betaUsPerB + link.gammaUsPerB, moveUncrowded = link.betaUsPerB;
+          // A hop's wait grows with the crowding by the layout's own factor (treeHopCrowding).
           const double twoAtOnce = std::max(1.0, 2 * k / n);  // > 1 only with fewer than 2 CPUs
+          const double hop = link.alphaUs * (1 + layout.treeHopCrowding * std::log2(k));
           const double fill = std::max(1, layout.treeDepth) *
-                              (2 * l.alphaUs + 0.5 * piece * twoAtOnce * (0.5 * (f + 1) * reduceUncrowded + moveUncrowded));
+                              (2 * hop + 0.5 * piece * twoAtOnce * (0.5 * (f + 1) * reduceUncrowded + moveUncrowded));
           const double busiest = piece * (std::max(1.0, f / 2) * reduceUncrowded + moveUncrowded);
           const double shared = (n - 1) / n * piece * (reduce + move);
-          return fill + (std::ceil(b / piece) - 1) * (l.alphaUs + std::max(busiest, shared));
+          return fill + (std::ceil(b / piece) - 1) * (hop + std::max(busiest, shared));
         }
         default: return 1e30;
       }

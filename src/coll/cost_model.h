@@ -18,6 +18,9 @@ namespace weft::coll {
 
 enum class Algorithm : uint8_t { Ring, Tree, RecursiveDoubling, OneShot, Direct };
 
+// How much longer a hop waits for each doubling of the ranks per CPU (see cost_model.cc).
+inline constexpr double kHopCrowding = 3.1;
+
 struct LinkCost {
   double alphaUs;      // per message: latency and software overhead
   double betaUsPerB;   // per byte moved over the link (1 / bandwidth), from and to memory
@@ -51,6 +54,11 @@ struct CommLayout {
   size_t arenaBytes = 0;
   // What a call through the arena costs: arenaCost() unless WEFT_TUNE=measure fitted it.
   LinkCost arenaLink = arenaCost();
+  // How much longer a tree's hop waits for each doubling of the ranks per CPU: kHopCrowding, as a
+  // ring's step, unless WEFT_TUNE=measure fitted it. A hop needs its two ranks on CPUs, where a
+  // ring's step needs every rank, and hosts schedule that differently: fitted to small tree
+  // all-reduces on a 2-CPU Xeon VM, 1.8-2.6 with 4 ranks and 3.8-4.4 with 8.
+  double treeHopCrowding = kHopCrowding;
 };
 
 // Whether `algorithm` for `collective` of `bytes` runs through the shared-memory arena rather

@@ -16,7 +16,8 @@ namespace weft::core {
 // back-to-back calls after a warm-up; the median of three such runs, so that one descheduling
 // or page fault does not decide it): the ring small; with buffers in half the rank's cache
 // share; with buffers twice that share (at least 8 MiB); and, where the arena serves small
-// all-reduces, the one-shot through it at 8 bytes and at its largest. A timing that would need
+// all-reduces, the one-shot through it at 8 bytes and at its largest; where more than 2 ranks
+// share CPUs, the tree at 1 KiB. A timing that would need
 // buffers over 64 MiB, or a cache discount the link does not have (sockets), is left out: the
 // discount then keeps its default, and without the timing beyond the cache the one in it sets
 // the per-byte prices (coll/cost_fit.h). Rank 0's fit goes to every rank, so that all choose alike,
@@ -60,29 +61,35 @@ Status Communicator::measureLinks() {
     status = time(Algorithm::OneShot, 8, 20, 100, &measured.arenaSmall);
     if (status.isOk()) status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 100, &measured.arenaLarge);
   }
+  if (status.isOk() && size() > 2 && layout_.ranksPerCpu > 1) {
+    status = time(Algorithm::Tree, 1024, 20, 100, &measured.treeSmall);
+  }
   tuning_ = saved;
   timingLinks_ = false;
   forgetChoices();
   WEFT_TRY(status);
 
   const coll::FittedCosts fitted = coll::fitAllReduce(link_, layout_, tuning_.pipeline.chunkBytes, measured);
-  double shared[] = {fitted.link.alphaUs,  fitted.link.betaUsPerB,  fitted.link.gammaUsPerB,
-                     fitted.link.inCacheFactor, fitted.arena.alphaUs, fitted.arena.betaUsPerB};
+  double shared[] = {fitted.link.alphaUs,       fitted.link.betaUsPerB, fitted.link.gammaUsPerB,
+                     fitted.link.inCacheFactor, fitted.arena.alphaUs,  fitted.arena.betaUsPerB,
+                     fitted.treeHopCrowding};
   WEFT_TRY(run(CollectiveCall{coll::Collective::Broadcast, shared, shared, std::size(shared), weftFloat64}));
   forgetChoices();
   link_ = {shared[0], shared[1], shared[2], shared[3]};
   layout_.arenaLink.alphaUs = shared[4];
   layout_.arenaLink.betaUsPerB = shared[5];
+  layout_.treeHopCrowding = shared[6];
   if (rank() == 0) {
     WEFT_INFO("timed at init: ring all-reduce of %zu B in %.1f us, %zu B in %.1f us, %zu B in %.1f us; arena one-shot "
-              "of %zu B in %.2f us, %zu B in %.2f us",
+              "of %zu B in %.2f us, %zu B in %.2f us; tree of %zu B in %.1f us",
               measured.ringSmall.bytes, measured.ringSmall.us, measured.ringCached.bytes, measured.ringCached.us,
               measured.ringMemory.bytes, measured.ringMemory.us, measured.arenaSmall.bytes, measured.arenaSmall.us,
-              measured.arenaLarge.bytes, measured.arenaLarge.us);
+              measured.arenaLarge.bytes, measured.arenaLarge.us, measured.treeSmall.bytes, measured.treeSmall.us);
   }
-  WEFT_INFO("measured links: alpha %.2f us, %.2f GB/s from memory, %.2f GB/s in cache; arena %.2f us, %.2f GB/s",
+  WEFT_INFO("measured links: alpha %.2f us, %.2f GB/s from memory, %.2f GB/s in cache; arena %.2f us, %.2f GB/s; "
+            "tree hop crowding %.2f",
             link_.alphaUs, 1e-3 / link_.betaUsPerB, 1e-3 / (link_.betaUsPerB * link_.inCacheFactor),
-            layout_.arenaLink.alphaUs, 1e-3 / layout_.arenaLink.betaUsPerB);
+            layout_.arenaLink.alphaUs, 1e-3 / layout_.arenaLink.betaUsPerB, layout_.treeHopCrowding);
   return Status::ok();
 }
 
