@@ -181,7 +181,8 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     const size_t share = layout.cacheBytesPerRank;
     const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024), timed(Algorithm::Ring, share / 4),
                                            timed(Algorithm::Ring, 2 * share), timed(Algorithm::OneShot, 8),
-                                           timed(Algorithm::OneShot, coll::kArenaMaxBytes), timed(Algorithm::Tree, 1024)};
+                                           timed(Algorithm::OneShot, coll::kArenaMaxBytes),
+                                           timed(Algorithm::Tree, 1024)};
     // From the defaults; the defaults' beta/gamma ratio is kept, so gamma is compared as beta + gamma.
     const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, measured);
     CAPTURE(cpus, fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor, fit.arena.alphaUs);

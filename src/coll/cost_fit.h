@@ -2,10 +2,9 @@
 // per-message cost from a small ring all-reduce, the per-byte costs from one too large for the
 // cache, and the discount while the buffers stay in the cache from one that fits. For the
 // shared-memory arena: its per-call cost from a one-shot of a few bytes through it, its per-byte
-// cost from the largest it takes. Where ranks share CPUs, how a tree's hop waits for them from a
-// small tree all-reduce. Each is found so that the model's own price (predictUs)
-// matches the time, which keeps the crowding and pipelining the model applies out of the
-// fitted numbers.
+// cost from the largest it takes. Where ranks share CPUs, how a tree's hop waits for them, from
+// a small tree all-reduce. Each is found so that the model's own price (predictUs) matches the
+// time, which keeps the crowding and pipelining the model applies out of the fitted numbers.
 #pragma once
 
 #include <cstddef>
@@ -38,8 +37,8 @@ struct FittedCosts {
 // `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
 // ratio kept) and inCacheFactor for the link (only where it has a cache discount), alphaUs and
 // betaUsPerB for the arena, and the layout's treeHopCrowding (only where there are more than 2
-// ranks and more ranks than CPUs). A part whose timing is missing keeps what it had; where the timing
-// beyond the cache is missing, the one in it sets beta and gamma, and the discount stays.
+// ranks and more ranks than CPUs). A part whose timing is missing keeps what it had; where the
+// timing beyond the cache is missing, the one in it sets beta and gamma, and the discount stays.
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured);
 

@@ -145,8 +145,8 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           if (nranks == 2) return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, chunkBytes);
           // The planned double tree: each half of the buffer up and down its tree in chunks,
           // the two trees' chunks in step (a step moves a chunk of each half: `piece`). A hop is
-          // priced as a ring step is: a crowded wait, then the receiver's work (the sender's
-          // copy overlaps it).
+          // priced as a ring step is, a crowded wait (by the layout's treeHopCrowding), then the
+          // receiver's work (the sender's copy overlaps it).
           // - The first step climbs `depth` hops, each parent reducing what its children sent
           //   ((fanOut + 1) / 2 of them on average along the way: a chain's one, a host tree's up
           //   to fanOut), and descends as many, a copy each. Two ranks work at once then, one
@@ -161,7 +161,6 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           const double f = std::max(1, layout.treeFanOut);
           const double piece = std::min(b, 2 * chunk);
           const double reduceUncrowded = link.betaUsPerB + link.gammaUsPerB, moveUncrowded = link.betaUsPerB;
-          // A hop's wait grows with the crowding by the layout's own factor (treeHopCrowding).
           const double twoAtOnce = std::max(1.0, 2 * k / n);  // > 1 only with fewer than 2 CPUs
           const double hop = link.alphaUs * (1 + layout.treeHopCrowding * std::log2(k));
           const double fill = std::max(1, layout.treeDepth) *

@@ -17,11 +17,11 @@ namespace weft::core {
 // or page fault does not decide it): the ring small; with buffers in half the rank's cache
 // share; with buffers twice that share (at least 8 MiB); and, where the arena serves small
 // all-reduces, the one-shot through it at 8 bytes and at its largest; where more than 2 ranks
-// share CPUs, the tree at 1 KiB. A timing that would need
-// buffers over 64 MiB, or a cache discount the link does not have (sockets), is left out: the
-// discount then keeps its default, and without the timing beyond the cache the one in it sets
-// the per-byte prices (coll/cost_fit.h). Rank 0's fit goes to every rank, so that all choose alike,
-// and the choices made while algorithms were forced are forgotten.
+// share CPUs, the tree at 1 KiB. A timing that would need buffers over 64 MiB, or a cache
+// discount the link does not have (sockets), is left out: the discount then keeps its default,
+// and without the timing beyond the cache the one in it sets the per-byte prices
+// (coll/cost_fit.h). Rank 0's fit goes to every rank, so that all choose alike, and the choices
+// made while algorithms were forced are forgotten.
 Status Communicator::measureLinks() {
   if (size() < 2) return Status::ok();  // nothing to time, nothing to choose
   constexpr size_t kMaxBytes = size_t{64} << 20;
