@@ -21,6 +21,8 @@ double solveRising(const std::function<double(double)>& rising, double target, d
 
 }  // namespace
 
+bool fitsTreeCrowding(const CommLayout& layout) { return layout.nranks > 2 && layout.ranksPerCpu > 1; }
+
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured) {
   FittedCosts fitted{link, layout.arenaLink, layout.treeHopCrowding};
@@ -72,9 +74,7 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
       break;
     }
   }
-  // The tree's hops wait apart from the ring's steps only where ranks share CPUs (with 2 ranks
-  // the tree is priced as the ring).
-  if (layout.nranks > 2 && layout.ranksPerCpu > 1) {
+  if (fitsTreeCrowding(layout)) {
     fit(Algorithm::Tree, measured.treeSmall, 0.01, 30.0, [](FittedCosts& c, double x) { c.treeHopCrowding = x; });
   }
   if (layout.arenaBytes == 0) return fitted;

@@ -34,11 +34,15 @@ struct FittedCosts {
   double treeHopCrowding = kHopCrowding;  // CommLayout::treeHopCrowding
 };
 
+// Whether the tree's hop crowding is timed and fitted for `layout`: where ranks outnumber CPUs
+// (elsewhere a hop's wait does not grow), with more than 2 ranks (with 2 the tree is the ring).
+bool fitsTreeCrowding(const CommLayout& layout);
+
 // `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
 // ratio kept) and inCacheFactor for the link (only where it has a cache discount), alphaUs and
-// betaUsPerB for the arena, and the layout's treeHopCrowding (only where there are more than 2
-// ranks and more ranks than CPUs). A part whose timing is missing keeps what it had; where the
-// timing beyond the cache is missing, the one in it sets beta and gamma, and the discount stays.
+// betaUsPerB for the arena, and the layout's treeHopCrowding (where fitsTreeCrowding). A part
+// whose timing is missing keeps what it had; where the timing beyond the cache is missing, the
+// one in it sets beta and gamma, and the discount stays.
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,
                          const MeasuredAllReduce& measured);
 

@@ -61,7 +61,7 @@ Status Communicator::measureLinks() {
     status = time(Algorithm::OneShot, 8, 20, 100, &measured.arenaSmall);
     if (status.isOk()) status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 100, &measured.arenaLarge);
   }
-  if (status.isOk() && size() > 2 && layout_.ranksPerCpu > 1) {
+  if (status.isOk() && coll::fitsTreeCrowding(layout_)) {
     status = time(Algorithm::Tree, 1024, 20, 100, &measured.treeSmall);
   }
   tuning_ = saved;

@@ -274,34 +274,32 @@ bool ShmConnection::landStraightIntoSend(PendingRecv& r, const char* payload, si
     const void* ins[] = {r.local + r.received, payload};
     kernels::reduceMany({outs, r.keepDestination ? 2 : 1, ins, 2, bytes / r.spec.elementSize, r.spec.type,
                          r.spec.op, how.streaming});
-    to.publishSlot(*send, SlotKind::Data, bytes, how);
-    to.ringDoorbell(to.p_.out.control->receiverSleeping);
-    return true;
-  }
-  // Else a few KiB at a time, so that the copy into the destination reads them from L1.
-  constexpr size_t kStripe = 8 * 1024;  // a multiple of every element size
-  // A reduction goes straight into the slot where plain stores write it untimed; else into a
-  // stripe, whose write into the slot (streaming, or timed alone) follows.
-  const bool viaStripe = r.local != nullptr && (how.streaming || how.timed);
-  if (viaStripe && stripe_.size() < kStripe) stripe_.resize(kStripe);
-  double writing = 0;  // nanoseconds spent writing the slot
-  for (size_t done = 0; done < bytes; done += kStripe) {
-    const size_t n = std::min(kStripe, bytes - done);
-    const char* out = payload + done;  // what the slot gets
-    if (r.local != nullptr) {
-      char* sum = viaStripe ? stripe_.data() : slot + done;
-      kernels::reduce(sum, r.local + r.received + done, payload + done, n / r.spec.elementSize, r.spec.type,
-                      r.spec.op);
-      out = sum;
+  } else {
+    // A few KiB at a time, so that the copy into the destination reads them from L1.
+    constexpr size_t kStripe = 8 * 1024;  // a multiple of every element size
+    // A reduction goes straight into the slot where plain stores write it untimed; else into a
+    // stripe, whose write into the slot (streaming, or timed alone) follows.
+    const bool viaStripe = r.local != nullptr && (how.streaming || how.timed);
+    if (viaStripe && stripe_.size() < kStripe) stripe_.resize(kStripe);
+    double writing = 0;  // nanoseconds spent writing the slot
+    for (size_t done = 0; done < bytes; done += kStripe) {
+      const size_t n = std::min(kStripe, bytes - done);
+      const char* out = payload + done;  // what the slot gets
+      if (r.local != nullptr) {
+        char* sum = viaStripe ? stripe_.data() : slot + done;
+        kernels::reduce(sum, r.local + r.received + done, payload + done, n / r.spec.elementSize, r.spec.type,
+                        r.spec.op);
+        out = sum;
+      }
+      if (out != slot + done) writing += to.writeSlot(slot + done, out, n, how);
+      if (r.keepDestination && r.streaming) {
+        kernels::copyStreaming(destination + done, out, n);
+      } else if (r.keepDestination) {
+        std::memcpy(destination + done, out, n);
+      }
     }
-    if (out != slot + done) writing += to.writeSlot(slot + done, out, n, how);
-    if (r.keepDestination && r.streaming) {
-      kernels::copyStreaming(destination + done, out, n);
-    } else if (r.keepDestination) {
-      std::memcpy(destination + done, out, n);
-    }
+    to.countWrite(how, bytes, writing);
   }
-  to.countWrite(how, bytes, writing);
   to.publishSlot(*send, SlotKind::Data, bytes, how);
   to.ringDoorbell(to.p_.out.control->receiverSleeping);
   return true;
