@@ -1,5 +1,5 @@
-// AVX-512 (F, BW, VL, DQ) reduce() and divide(), and a variant that rounds bfloat16 results
-// with AVX512-BF16. As in reduce_avx2.cc, the instruction sets are enabled per function by
+// AVX-512 (F, BW, VL, DQ) reduce() and divide() (reduce_avx512bf16.cc has the variant that
+// rounds bfloat16 results with AVX512-BF16). As in reduce_avx2.cc, the instruction sets are enabled per function by
 // target attributes, reduce.cc calls these only on CPUs that support them, and results match
 // reduce_scalar.cc bit for bit, but for the payload of a NaN produced by arithmetic.
 //
@@ -10,60 +10,21 @@
 //  - bfloat16 (integer method): NaNs quieted with mask_or on every block, no branch.
 //  - fp8: codes narrow to bytes with cvtepi32_epi8; subnormals round with
 //    cvt_roundps_epi32 (nearest even, embedded rounding).
-//  - bfloat16 with AVX512-BF16: decoded in order (cvtepu16_epi32, shift) and rounded by
-//    cvtne2ps_pbh, which matches floatToBf16 except that it flushes subnormal results to zero:
-//    a block with a subnormal result is rounded with the integer method instead.
 // divide() vectorizes the floating-point types; integer division stays scalar.
 #include "kernels/cpu/reduce_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-
-// GCC's avx512fintrin.h initializes _mm512_undefined_*()'s result with itself, which GCC 12
-// flags as uninitialized once inlined here at -O2 -g (RelWithDebInfo), fatal under WEFT_WERROR
-// (GCC bug 105593). The value is unused by design: the mask keeps every lane.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), written `__m512 __Y = __Y;`,
-// which -Wmaybe-uninitialized reports wherever they inline (GCC bug 105593, fixed in GCC 13).
-// The warning is silenced for the header's own lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #include <cstring>
 #include <type_traits>
 
 #define WEFT_SIMD_TARGET \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
-#include "kernels/cpu/reduce_simd.h"
-
 #define WEFT_AVX512 WEFT_SIMD_TARGET
-#define WEFT_AVX512BF16 \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#include "kernels/cpu/reduce_avx512_common.h"
 
 namespace weft::kernels {
 namespace {
-
-WEFT_AVX512 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-WEFT_AVX512 inline void store512(void* p, __m512i v) { _mm512_storeu_si512(p, v); }
-WEFT_AVX512 inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-WEFT_AVX512 inline void store256(void* p, __m256i v) {
-  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
-}
-WEFT_AVX512 inline void store128(void* p, __m128i v) {
-  _mm_storeu_si128(static_cast<__m128i*>(p), v);
-}
-WEFT_AVX512 inline __m512i splat32(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
 
 // ---- Integers ----
 
@@ -132,29 +93,6 @@ WEFT_AVX512 inline __m512d vsplat(double v) { return _mm512_set1_pd(v); }
 WEFT_AVX512 inline __m512 vdiv(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
 WEFT_AVX512 inline __m512d vdiv(__m512d a, __m512d b) { return _mm512_div_pd(a, b); }
 
-// Max and min pick one input's bits, as the scalar (a > b || isNan(a)) ? a : b (a < b for
-// min): compares and a blend, since max_ps/min_ps return a flushed zero under
-// denormals-are-zero where the scalar path keeps an input (see reduce_avx2.cc).
-template <SimdOp op>
-WEFT_AVX512 inline __m512 floatOp(__m512 a, __m512 b) {
-  if constexpr (op == SimdOp::kSum) return _mm512_add_ps(a, b);
-  if constexpr (op == SimdOp::kProd) return _mm512_mul_ps(a, b);
-  if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
-    const __mmask16 wins = _mm512_cmp_ps_mask(a, b, op == SimdOp::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(wins | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), b, a);
-  }
-}
-
-template <SimdOp op>
-WEFT_AVX512 inline __m512d floatOp(__m512d a, __m512d b) {
-  if constexpr (op == SimdOp::kSum) return _mm512_add_pd(a, b);
-  if constexpr (op == SimdOp::kProd) return _mm512_mul_pd(a, b);
-  if constexpr (op == SimdOp::kMax || op == SimdOp::kMin) {
-    const __mmask8 wins = _mm512_cmp_pd_mask(a, b, op == SimdOp::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
-    return _mm512_mask_blend_pd(wins | _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), b, a);
-  }
-}
-
 template <typename T>
 struct FloatKernel {
   using Storage = T;
@@ -188,36 +126,6 @@ struct HalfCodec {
     static_assert(kScale == 0);
     store256(p, _mm512_cvtps_ph(low, _MM_FROUND_TO_NEAREST_INT));
     store256(p + 16, _mm512_cvtps_ph(high, _MM_FROUND_TO_NEAREST_INT));
-  }
-};
-
-// floatToBf16 in each 32-bit lane, the bfloat16 in the top 16 bits (the low 16 are left
-// over): add 0x7fff plus the lowest kept bit; a NaN keeps its top bits with the quiet bit set.
-WEFT_AVX512 inline __m512i roundToBf16High(__m512 value) {
-  const __m512i bits = _mm512_castps_si512(value);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), splat32(1));
-  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, splat32(0x7fff)));
-  const __mmask16 isNan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, splat32(0x7fffffff)), splat32(0x7f800000));
-  return _mm512_mask_or_epi32(rounded, isNan, bits, splat32(0x00400000));
-}
-
-// bfloat16 is the top half of a float. The even elements decode to `low` (shifted up into
-// the top half of each 32-bit lane) and the odd ones to `high` (masked, already in place), so
-// that one blend of 16-bit words puts the results back in order: no shuffles.
-struct Bf16Codec {
-  using Storage = uint16_t;
-  static constexpr int kDecodedScale = 0;
-  WEFT_AVX512 static void decode(const uint16_t* p, __m512& low, __m512& high) {
-    const __m512i v = load512(p);
-    low = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    high = _mm512_castsi512_ps(_mm512_and_si512(v, splat32(0xffff0000)));
-  }
-  template <int kScale>
-  WEFT_AVX512 static void encode(uint16_t* p, __m512 low, __m512 high) {
-    static_assert(kScale == 0);
-    const __m512i evens = _mm512_srli_epi32(roundToBf16High(low), 16);
-    store512(p, _mm512_mask_blend_epi16(0xaaaaaaaa, evens, roundToBf16High(high)));
   }
 };
 
@@ -325,95 +233,6 @@ struct NarrowKernel {
   }
 };
 
-// ---- bfloat16 with AVX512-BF16 ----
-
-// 16 bfloat16s, in order, as floats.
-WEFT_AVX512BF16 inline __m512 loadBf16(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
-}
-
-// Lanes holding a float subnormal: zero exponent, nonzero mantissa.
-WEFT_AVX512BF16 inline __mmask16 subnormalLanes(__m512 value) {
-  const __m512i bits = _mm512_castps_si512(value);
-  const __mmask16 zeroExponent = _mm512_testn_epi32_mask(bits, splat32(0x7f800000));
-  return _mm512_mask_test_epi32_mask(zeroExponent, bits, splat32(0x007fffff));
-}
-
-// floatToBf16 of low's 16 floats then high's, in order.
-WEFT_AVX512BF16 inline void storeBf16(uint16_t* p, __m512 low, __m512 high) {
-  if ((subnormalLanes(low) | subnormalLanes(high)) == 0) {
-    store512(p, (__m512i)_mm512_cvtne2ps_pbh(high, low));  // high goes to the upper half
-  } else {
-    store256(p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(roundToBf16High(low), 16)));
-    store256(p + 16, _mm512_cvtepi32_epi16(_mm512_srli_epi32(roundToBf16High(high), 16)));
-  }
-}
-
-template <SimdOp op>
-WEFT_AVX512BF16 inline void bf16Block(uint16_t* out, const uint16_t* a, const uint16_t* b) {
-  const __m512 aLow = loadBf16(a), aHigh = loadBf16(a + 16);
-  const __m512 bLow = loadBf16(b), bHigh = loadBf16(b + 16);
-  storeBf16(out, floatOp<op>(aLow, bLow), floatOp<op>(aHigh, bHigh));
-}
-
-constexpr size_t kBf16Lanes = 32;
-
-// simdReduceLoop's structure (prefetching included), compiled for this target so that the
-// block inlines.
-template <SimdOp op>
-WEFT_AVX512BF16 void bf16ReduceLoop(void* dst, const void* a, const void* b, size_t count) {
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  const uint16_t* left = static_cast<const uint16_t*>(a);
-  const uint16_t* right = static_cast<const uint16_t*>(b);
-  constexpr size_t kAhead = kPrefetchBytes / sizeof(uint16_t);
-  size_t i = 0;
-  if (count > kAhead) {
-    for (; i + kBf16Lanes <= count - kAhead; i += kBf16Lanes) {
-      __builtin_prefetch(left + i + kAhead);
-      __builtin_prefetch(right + i + kAhead);
-      bf16Block<op>(out + i, left + i, right + i);
-    }
-  }
-  for (; i + kBf16Lanes <= count; i += kBf16Lanes) bf16Block<op>(out + i, left + i, right + i);
-  if (i < count) {
-    const size_t bytes = (count - i) * sizeof(uint16_t);
-    alignas(64) uint16_t leftTail[kBf16Lanes] = {};
-    alignas(64) uint16_t rightTail[kBf16Lanes] = {};
-    alignas(64) uint16_t outTail[kBf16Lanes];
-    std::memcpy(leftTail, left + i, bytes);
-    std::memcpy(rightTail, right + i, bytes);
-    bf16Block<op>(outTail, leftTail, rightTail);
-    std::memcpy(out + i, outTail, bytes);
-  }
-}
-
-WEFT_AVX512BF16 inline void bf16DivideBlock(uint16_t* out, const uint16_t* in, __m512 d) {
-  storeBf16(out, _mm512_div_ps(loadBf16(in), d), _mm512_div_ps(loadBf16(in + 16), d));
-}
-
-WEFT_AVX512BF16 void bf16Divide(void* dst, const void* src, size_t count, uint64_t divisor) {
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  const uint16_t* in = static_cast<const uint16_t*>(src);
-  const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
-  constexpr size_t kAhead = kPrefetchBytes / sizeof(uint16_t);
-  size_t i = 0;
-  if (count > kAhead) {
-    for (; i + kBf16Lanes <= count - kAhead; i += kBf16Lanes) {
-      __builtin_prefetch(in + i + kAhead);
-      bf16DivideBlock(out + i, in + i, d);
-    }
-  }
-  for (; i + kBf16Lanes <= count; i += kBf16Lanes) bf16DivideBlock(out + i, in + i, d);
-  if (i < count) {
-    const size_t bytes = (count - i) * sizeof(uint16_t);
-    alignas(64) uint16_t inTail[kBf16Lanes] = {};
-    alignas(64) uint16_t outTail[kBf16Lanes];
-    std::memcpy(inTail, in + i, bytes);
-    bf16DivideBlock(outTail, inTail, d);
-    std::memcpy(out + i, outTail, bytes);
-  }
-}
-
 }  // namespace
 
 WEFT_AVX512 void reduceAvx512(void* dst, const void* a, const void* b, size_t count,
@@ -467,25 +286,6 @@ WEFT_AVX512 void divideAvx512(void* dst, const void* src, size_t count, weftData
   }
 }
 
-WEFT_AVX512BF16 void reduceAvx512Bf16(void* dst, const void* a, const void* b, size_t count,
-                                      weftDataType_t type, weftRedOp_t op) {
-  if (type != weftBfloat16) return reduceAvx512(dst, a, b, count, type, op);
-  switch (op) {
-    case weftSum:
-    case weftAvg: return bf16ReduceLoop<SimdOp::kSum>(dst, a, b, count);
-    case weftProd: return bf16ReduceLoop<SimdOp::kProd>(dst, a, b, count);
-    case weftMax: return bf16ReduceLoop<SimdOp::kMax>(dst, a, b, count);
-    case weftMin: return bf16ReduceLoop<SimdOp::kMin>(dst, a, b, count);
-    case weftNumOps: case weftMaxRedOp: return;
-  }
-}
-
-WEFT_AVX512BF16 void divideAvx512Bf16(void* dst, const void* src, size_t count,
-                                      weftDataType_t type, uint64_t divisor) {
-  if (type != weftBfloat16) return divideAvx512(dst, src, count, type, divisor);
-  if (divisor != 0) bf16Divide(dst, src, count, divisor);
-}
-
 }  // namespace weft::kernels
 
 #else  // not x86: never dispatched to
@@ -494,8 +294,6 @@ namespace weft::kernels {
 void reduceAvx512(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
 void divideAvx512(void*, const void*, size_t, weftDataType_t, uint64_t) {}
 void reduceManyAvx512(const ReduceMany&) {}
-void reduceAvx512Bf16(void*, const void*, const void*, size_t, weftDataType_t, weftRedOp_t) {}
-void divideAvx512Bf16(void*, const void*, size_t, weftDataType_t, uint64_t) {}
 }  // namespace weft::kernels
 
 #endif

@@ -1,4 +1,5 @@
-// Internal: the loops shared by the SIMD implementations (reduce_avx2.cc, reduce_avx512.cc).
+// Internal: the loops shared by the SIMD implementations (reduce_avx2.cc, reduce_avx512.cc,
+// reduce_avx512bf16.cc).
 // Include only from those files, after defining WEFT_SIMD_TARGET as the target attribute of
 // the including file: every function here must carry it so that the kernels inline into it.
 //
