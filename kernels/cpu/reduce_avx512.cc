@@ -1,7 +1,8 @@
 // AVX-512 (F, BW, VL, DQ) reduce() and divide() (reduce_avx512bf16.cc has the variant that
-// rounds bfloat16 results with AVX512-BF16). As in reduce_avx2.cc, the instruction sets are enabled per function by
-// target attributes, reduce.cc calls these only on CPUs that support them, and results match
-// reduce_scalar.cc bit for bit, but for the payload of a NaN produced by arithmetic.
+// rounds bfloat16 results with AVX512-BF16). As in reduce_avx2.cc, the instruction sets are
+// enabled per function by target attributes, reduce.cc calls these only on CPUs that support
+// them, and results match reduce_scalar.cc bit for bit, but for the payload of a NaN produced
+// by arithmetic.
 //
 // Per element type, 512 bits at a time; the methods are reduce_avx2.cc's, with these changes:
 //  - masks (compare into k registers, mask_blend, mask_or) instead of blendv.

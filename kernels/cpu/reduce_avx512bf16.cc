@@ -2,8 +2,8 @@
 // type goes to reduce_avx512.cc. Results match reduce_scalar.cc bit for bit, but for the
 // payload of a NaN produced by arithmetic.
 //
-// Decoded as reduce_avx512.cc's Bf16Codec does (evens and odds, one load, no shuffles) and
-// rounded by cvtne2ps_pbh, whose words one permutation puts back in order. cvtne2ps_pbh
+// Decoded as Bf16Codec (reduce_avx512_common.h) does: evens and odds, one load, no shuffles.
+// Rounded by cvtne2ps_pbh, whose words one permutation puts back in order. cvtne2ps_pbh
 // matches floatToBf16 except that it flushes subnormal results to zero, so a group of blocks
 // with a subnormal result is rounded with the integer method instead.
 #include "kernels/cpu/reduce_impl.h"
@@ -39,7 +39,7 @@ WEFT_AVX512BF16 inline __mmask16 subnormalLanes(__m512 value) {
 // floatToBf16 of kBlocks x 32 floats, each block split as Bf16Codec decodes it (even
 // elements, odd elements), stored in element order. One test covers all the blocks: a branch
 // on every 32 results kept this loop at 82-94% of the a+b->c bound out of cache on an Intel
-// Xeon, against 97-100% without it (bench/results/2026-12-02-kernels-bf16-blocks.md).
+// Xeon, against 97-101% without it (bench/results/2026-12-02-kernels-bf16-blocks.md).
 template <int kBlocks>
 WEFT_AVX512BF16 inline void storeBf16(uint16_t* p, const __m512 (&evens)[kBlocks],
                                       const __m512 (&odds)[kBlocks]) {
