@@ -16,7 +16,6 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#include <cstring>
 #include <type_traits>
 
 #define WEFT_SIMD_TARGET \
