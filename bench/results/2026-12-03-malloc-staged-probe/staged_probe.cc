@@ -6,7 +6,7 @@
 // Build: g++ -O2 -march=native -mcldemote -o staged_probe staged_probe.cc
 // Run:   ./staged_probe BYTES STREAMING(0|1) IN_PLACE(0|1) [PIECE_BYTES|0] [DEMOTE(0|1|2)]
 //        DEMOTE 1: cldemote each line this rank wrote into shared memory; 2: also what it read.
-// Prints the best of 30 calls (after 5 warm-up) and each rank's time per phase.
+// Prints the best and the mean of 30 calls (after 5 warm-up) and each rank's time per phase.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,7 +33,7 @@ int main(int argc,char**argv){
   float*in=(float*)aligned_alloc(64,bytes); float*out=inplace?in:(float*)aligned_alloc(64,bytes);
   for(size_t i=0;i<n;i++){in[i]=1;out[i]=0;}
   long seq=0; auto barrier=[&]{++seq; fl[me].v.store(seq,std::memory_order_release); while(fl[1-me].v.load(std::memory_order_acquire)<seq);};
-  const int iters=30; double best=1e9; double ph[3]={0,0,0}; auto now=[]{return std::chrono::steady_clock::now();};
+  const int iters=30; double best=1e9, sum=0; double ph[3]={0,0,0}; auto now=[]{return std::chrono::steady_clock::now();};
   for(int it=0;it<iters+5;it++){
     barrier(); auto t0=std::chrono::steady_clock::now();
     for(size_t p0=0;p0<n;p0+=pn){ size_t half=pn/2; float*pin_=in+p0; float*pout=out+p0;
@@ -52,9 +52,9 @@ int main(int argc,char**argv){
       barrier();
     }
     double t=std::chrono::duration<double>(std::chrono::steady_clock::now()-t0).count();
-    if(it>=5&&t<best)best=t;
+    if(it>=5&&t<best)best=t; if(it>=5)sum+=t;
   }
-  if(me==0)printf("bytes %zu nt %d inplace %d piece %zu: best %.1f us  busbw %.2f GB/s\n",bytes,nt,inplace,piece,best*1e6,bytes/best/1e9);
+  if(me==0)printf("bytes %zu nt %d inplace %d piece %zu: best %.1f us  busbw %.2f GB/s  mean %.1f us  busbw %.2f GB/s\n",bytes,nt,inplace,piece,best*1e6,bytes/best/1e9,sum/iters*1e6,bytes/(sum/iters)/1e9);
   printf("rank %d phases us per call: copyin %.1f reduce %.1f copyout %.1f\n",me,ph[0]*1e6/iters,ph[1]*1e6/iters,ph[2]*1e6/iters);
   if(me==0)wait(nullptr);
 }
