@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -93,8 +94,11 @@ void logMessage(LogLevel level, const char* fmt, ...) {
   char text[1024];
   va_list args;
   va_start(args, fmt);
-  std::vsnprintf(text, sizeof(text), fmt, args);
+  const int written = std::vsnprintf(text, sizeof(text), fmt, args);
   va_end(args);
+  // A multi-line message (the plan) ends in a newline of its own: one is added below.
+  size_t length = written < 0 ? 0 : std::min(static_cast<size_t>(written), sizeof(text) - 1);
+  while (length > 0 && text[length - 1] == '\n') text[--length] = '\0';
   static auto* mutex = new std::mutex;  // never destroyed: threads may log while the process exits
   std::lock_guard<std::mutex> lock(*mutex);
   std::fprintf(s.file, "%s:%d:%ld WEFT %s %s\n", s.host, getpid(),
