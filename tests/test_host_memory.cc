@@ -253,6 +253,28 @@ TEST_CASE("all-reduces on weftHostMemAlloc buffers read the peers' buffers direc
   }
 }
 
+TEST_CASE("the direct all-reduce streams its output once a rank's block of them outgrows its L2",
+          "[host-memory][multiprocess]") {
+  // laptop.xml: 8 CPUs, 8 MiB of L3 and 256 KiB of L2 a core, so 2 ranks stream from 256 KiB,
+  // where the ring's switch (half a rank's L3 share) is 512 KiB. Between the two, at an odd
+  // offset, the sums must come out right out of place and in place alike.
+  const std::string topology = std::string(WEFT_TOPO_FIXTURES) + "/laptop.xml";
+  setenv("WEFT_TOPO_FILE", topology.c_str(), 1);
+  InfoLog info;
+  constexpr size_t kCount = (size_t{300} << 10) / sizeof(float) + 12347;
+  auto outcomes = runRanks(2, [](RankContext& ctx) { return allReduceChecked(ctx, kCount, 52, true); });
+  unsetenv("WEFT_TOPO_FILE");
+  expectAllPassed(outcomes);
+  for (const RankOutcome& o : outcomes) {
+    CHECK(contains(o.output.c_str(), "directly (out of place from 262144 bytes with streaming stores)"));
+  }
+  CHECK(weft::coll::directStreamingMinBytes(16 << 20, false, 1 << 20, 1.0) == size_t{1} << 20);
+  CHECK(weft::coll::directStreamingMinBytes(16 << 20, false, 1 << 20, 2.0) == size_t{512} << 10);  // a shared core
+  CHECK(weft::coll::directStreamingMinBytes(512 << 10, false, 2 << 20, 1.0) == size_t{512} << 10);  // never later
+  CHECK(weft::coll::directStreamingMinBytes(16 << 20, true, 1 << 20, 1.0) == size_t{16} << 20);  // as the user set it
+  CHECK(weft::coll::directStreamingMinBytes(16 << 20, false, 0, 1.0) == size_t{16} << 20);       // L2 unknown
+}
+
 TEST_CASE(
     "where one rank's buffers are not from weftHostMemAlloc, every rank "
     "takes the copying path",

@@ -56,6 +56,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(laptop.numaNodes.size() == 1);
   CHECK(laptop.pus == 8);
   CHECK(laptop.cacheBytes == (size_t{8} << 20));
+  CHECK(laptop.privateCacheBytes == size_t{256} << 10);  // one core's L2
   CHECK(laptop.gpus.empty());
   REQUIRE(laptop.nics.size() == 1);
   CHECK(laptop.nics[0].name == "eth0");
@@ -69,8 +70,10 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(server.nics[1].numaNode == 1);
   CHECK(server.numaOfCpu(20) == 1);
   CHECK(server.cacheBytes == (size_t{64} << 20));  // both packages' L3s: the host's ranks share them
+  CHECK(server.privateCacheBytes == size_t{1} << 20);
 
   auto gpu = load("gpu8-nic4.xml");
+  CHECK(gpu.privateCacheBytes == 0);  // no L2 described: unknown
   REQUIRE(gpu.gpus.size() == 8);
   REQUIRE(gpu.nics.size() == 4);
   for (size_t g = 0; g < 8; ++g) {

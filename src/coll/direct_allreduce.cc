@@ -88,6 +88,13 @@ void awaitPeersStopped(const transport::ShmArena& arena, uint32_t mappedSeq) {
 
 }  // namespace
 
+size_t directStreamingMinBytes(size_t streamingMinBytes, bool setByUser, size_t privateCacheBytes,
+                               double ranksPerCpu) {
+  if (setByUser || privateCacheBytes == 0) return streamingMinBytes;
+  const auto share = static_cast<size_t>(static_cast<double>(privateCacheBytes) / std::max(1.0, ranksPerCpu));
+  return std::min(streamingMinBytes, std::max<size_t>(share, 1));
+}
+
 Result<bool> directAllReduce(transport::ShmArena& arena, uint32_t* seq, transport::PeerAllocations& peers,
                              const DirectAllReduce& call, const ExecutionContext& context, std::string* whyNot) {
   const int n = arena.size();

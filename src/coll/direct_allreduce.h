@@ -47,6 +47,18 @@ struct DirectAllReduce {
                    // hold)
 };
 
+// From what size the direct all-reduce writes its output with streaming stores. A rank writes
+// its block of every rank's output, the call's bytes in all, and reads none of it back; once
+// that is more than its share of its core's L2 (the cache that is its own, where the L3 is
+// shared with the host's other ranks and, on a VM, with other tenants), a plain store first
+// fetches each output line from farther out. On the 2-vCPU Intel VM (2 MiB of L2 a core),
+// 2 ranks: 1.2-1.3x at 2 and 4 MiB against the ring's switch at 8 MiB
+// (bench/results/2026-12-03-direct-streaming-l2.md). Never later than that switch
+// (`streamingMinBytes`), which is taken as it is where the user set it
+// (WEFT_STREAMING_MIN_BYTES) or where the L2 is unknown (`privateCacheBytes` 0).
+size_t directStreamingMinBytes(size_t streamingMinBytes, bool setByUser, size_t privateCacheBytes,
+                               double ranksPerCpu);
+
 // Runs the call directly and returns true; or returns false, having written
 // nothing, when some rank's buffers are not shared or cannot be mapped (*whyNot
 // says which). Uses three arena calls (*seq counts them) or, returning false,

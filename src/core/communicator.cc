@@ -11,6 +11,7 @@
 #include "core/self_exchange.h"
 #include "gpu/device_memory.h"
 #include "coll/arena_allreduce.h"
+#include "coll/direct_allreduce.h"
 #include "coll/schedule_merge.h"
 #include "plan/planner.h"
 #include "topo/pci_bus_id.h"
@@ -204,6 +205,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   if (tuning.pipeline.streamingMinBytes == SIZE_MAX && communicator->layout_.cacheBytesPerRank > 0) {
     communicator->tuning_.pipeline.streamingMinBytes = communicator->layout_.cacheBytesPerRank / 2;
   }
+  communicator->directStreamingMinBytes_ =
+      coll::directStreamingMinBytes(communicator->tuning_.pipeline.streamingMinBytes,
+                                    tuning.pipeline.streamingMinBytes != SIZE_MAX, host->privateCacheBytes,
+                                    communicator->layout_.ranksPerCpu);
   communicator->deviceIpcEverywhere_ = deviceIpcEverywhere;
   // The model prices every algorithm by the slowest link any pair uses (as planned: the same on
   // every rank, so that all ranks choose alike).

@@ -119,6 +119,7 @@ class Communicator {
   uint32_t arenaSeq_ = 0;  // arena calls so far
   transport::PeerAllocations peerAllocations_;  // the peers' weftHostMemAlloc buffers, as mapped here
   bool directReported_ = false;                // whether the direct path was logged yet
+  size_t directStreamingMinBytes_ = SIZE_MAX;  // from here the direct path streams its output
   coll::RankOrder order_;               // the planner's first ring and its trees, which algorithms follow
   bool deviceIpcEverywhere_ = false;
   coll::LinkCost link_{};               // what the tuner's model prices algorithms with

@@ -133,7 +133,7 @@ bool Communicator::suitsDirect(const CollectiveCall& call) const {
 Result<bool> Communicator::runDirect(const CollectiveCall& call) {
   coll::ExecutionContext context{size(), "all-reduce", Deadline::never(), config_.timeoutMs, abortFlag_, &mesh_,
                                  spin_.arena};
-  const bool streaming = callBytes(call) >= tuning_.pipeline.streamingMinBytes;
+  const bool streaming = callBytes(call) >= directStreamingMinBytes_;
   const coll::DirectAllReduce direct{call.send, call.recv, call.count, call.type, call.op, messageTag(call), streaming};
   std::string whyNot;
   WEFT_ASSIGN_OR_RETURN(const bool done,
@@ -141,8 +141,9 @@ Result<bool> Communicator::runDirect(const CollectiveCall& call) {
   if (!directReported_) {
     directReported_ = true;
     if (done) {
-      WEFT_INFO("all-reduces of %zu bytes or more on weftHostMemAlloc buffers read the peers' buffers directly",
-                coll::kDirectMinBytes);
+      WEFT_INFO("all-reduces of %zu bytes or more on weftHostMemAlloc buffers read the peers' buffers directly "
+                "(out of place from %zu bytes with streaming stores)",
+                coll::kDirectMinBytes, directStreamingMinBytes_);
     } else {
       WEFT_INFO("an all-reduce of %zu bytes took the copying path: %s", callBytes(call), whyNot.c_str());
     }

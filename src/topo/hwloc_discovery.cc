@@ -164,6 +164,12 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
     }
     if (h.cacheBytes > 0) break;
   }
+  for (hwloc_obj_t c = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_L2CACHE, nullptr); c != nullptr;
+       c = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_L2CACHE, c)) {
+    if (c->attr == nullptr || c->attr->cache.size == 0) continue;
+    const size_t bytes = static_cast<size_t>(c->attr->cache.size);
+    h.privateCacheBytes = h.privateCacheBytes == 0 ? bytes : std::min(h.privateCacheBytes, bytes);
+  }
   h.numaNodes = numaNodesOf(t);
   if (h.numaNodes.empty()) {  // hwloc always reports one; an odd XML might not
     NumaNode n;
@@ -273,8 +279,9 @@ Result<std::shared_ptr<const HostTopology>> processTopology() {
 }
 
 std::string describeTopology(const HostTopology& h) {
-  std::string out = formatString("%s: %d package(s), %zu NUMA node(s), %d core(s), %d PU(s), %zu KiB of last-level cache\n",
+  std::string out = formatString("%s: %d package(s), %zu NUMA node(s), %d core(s), %d PU(s), %zu KiB of last-level cache",
                                  h.source.c_str(), h.packages, h.numaNodes.size(), h.cores, h.pus, h.cacheBytes >> 10);
+  out += h.privateCacheBytes > 0 ? formatString(", %zu KiB of L2 a core\n", h.privateCacheBytes >> 10) : "\n";
   for (size_t n = 0; n < h.numaNodes.size(); ++n) {
     const size_t pus = h.numaNodes[n].cpus.size();
     out += pus > 0 ? formatString("  NUMA %zu (os %u): %zu PU(s)\n", n, h.numaNodes[n].osIndex, pus)

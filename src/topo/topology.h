@@ -45,6 +45,9 @@ struct HostTopology {
   // The last-level CPU cache, in bytes: all the L3 caches together (else the L2s), which the
   // ranks of the host share between them; 0 where the topology does not say.
   size_t cacheBytes = 0;
+  // The cache a core has to itself: the smallest L2 on the host, in bytes; 0 where the topology
+  // describes none.
+  size_t privateCacheBytes = 0;
   std::vector<NumaNode> numaNodes;
   std::vector<PciDevice> gpus;
   std::vector<PciDevice> nics;  // RDMA first, then faster links first, then bus order

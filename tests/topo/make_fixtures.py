@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Writes the hwloc XML fixtures under tests/topo/ (hwloc 2.x format, as lstopo --of xml writes):
 
-  laptop.xml        1 package, 1 NUMA node, 4 cores x 2 PUs, 8 MiB L3, one Ethernet NIC, no GPU
-  server-2s.xml     2 packages, a NUMA node and 32 MiB of L3 each, 16 cores each, an Ethernet NIC
-                    per socket
+  laptop.xml        1 package, 1 NUMA node, 4 cores x 2 PUs, 8 MiB L3, 256 KiB of L2 a core,
+                    one Ethernet NIC, no GPU
+  server-2s.xml     2 packages, a NUMA node and 32 MiB of L3 each, 16 cores each with 1 MiB of
+                    L2, an Ethernet NIC per socket
   gpu8-nic4.xml     2 packages with 48 MiB of L3 each; under each, 2 PCIe switches; under each
                     switch 2 GPUs (NVIDIA 3D controllers, cudaN) and 1 InfiniBand NIC (mlx5_N):
                     8 GPUs, 4 NICs
@@ -91,9 +92,10 @@ def pci_device(w, busid, cls, vendor, device, osdevs, link_speed="15.753846"):
 GPU, NETWORK, OPENFABRICS, COPROC, BLOCK = 1, 2, 3, 5, 0
 
 
-def machine(name, packages, cores_per_package, pus_per_core, io, l3_mib=0, cpuless_nodes=0):
+def machine(name, packages, cores_per_package, pus_per_core, io, l3_mib=0, l2_kib=0, cpuless_nodes=0):
     """io(w, package_index) writes the PCI trees attached to that package; l3_mib: an L3 cache of
-    that size over each package's cores (0: none described); cpuless_nodes: NUMA nodes with
+    that size over each package's cores (0: none described); l2_kib: an L2 cache of that size
+    over each core (0: none described); cpuless_nodes: NUMA nodes with
     memory and no CPUs, attached to the machine (os indices after the packages' nodes)."""
     w = Writer()
     total = packages * cores_per_package * pus_per_core
@@ -114,11 +116,16 @@ def machine(name, packages, cores_per_package, pus_per_core, io, l3_mib=0, cpule
                     ("cache_linesize", "64"), ("cache_associativity", "16"), ("cache_type", "0")])
         for c in range(cores_per_package):
             core_cpus = range(pu, pu + pus_per_core)
+            if l2_kib:
+                w.open([("type", "L2Cache")] + sets(core_cpus, [p]) + [("cache_size", str(l2_kib << 10)),
+                        ("depth", "2"), ("cache_linesize", "64"), ("cache_associativity", "16"), ("cache_type", "0")])
             w.open([("type", "Core"), ("os_index", str(p * cores_per_package + c))] + sets(core_cpus, [p]))
             for t in range(pus_per_core):
                 w.leaf([("type", "PU"), ("os_index", str(pu))] + sets([pu], [p]))
                 pu += 1
             w.close()
+            if l2_kib:
+                w.close()
         if l3_mib:
             w.close()
         io(w, p)
@@ -242,8 +249,8 @@ def no_nic_io(w, p):
 
 def main():
     fixtures = {
-        "laptop.xml": machine("laptop", 1, 4, 2, laptop_io, l3_mib=8),
-        "server-2s.xml": machine("server", 2, 16, 1, server_io, l3_mib=32),
+        "laptop.xml": machine("laptop", 1, 4, 2, laptop_io, l3_mib=8, l2_kib=256),
+        "server-2s.xml": machine("server", 2, 16, 1, server_io, l3_mib=32, l2_kib=1024),
         "gpu8-nic4.xml": machine("gpunode", 2, 24, 2, gpu_io, l3_mib=48),
         "gpu8-nic4-mgmt.xml": machine("gpunode", 2, 24, 2, gpu_mgmt_io, l3_mib=48),
         "no-nic.xml": machine("quiet", 1, 8, 1, no_nic_io),
