@@ -52,7 +52,7 @@ struct DirectAllReduce {
 // that is more than its share of its core's L2 (the cache that is its own, where the L3 is
 // shared with the host's other ranks and, on a VM, with other tenants), a plain store first
 // fetches each output line from farther out. On the 2-vCPU Intel VM (2 MiB of L2 a core),
-// 2 ranks: 1.2-1.3x at 2 and 4 MiB against the ring's switch at 8 MiB
+// 2 ranks: 1.28x at 2 MiB and 1.14x at 4 MiB against the ring's switch at 8 MiB
 // (bench/results/2026-12-03-direct-streaming-l2.md). Never later than that switch
 // (`streamingMinBytes`), which is taken as it is where the user set it
 // (WEFT_STREAMING_MIN_BYTES) or where the L2 is unknown (`privateCacheBytes` 0).
