@@ -265,6 +265,14 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
         b.recv(pos.parent, output, bytes, true);
         return;
       }
+      if (pos.parent >= 0 && pos.children.size() == 1 && shape.forward) {
+        // A chain's link, as the ring's all-gather: the sum goes into the output around the
+        // caches and into the child's slot in one pass. Through scratch it would be written
+        // there and read back for the output, a pass more (8 ranks on 2 CPUs: 1.3-1.7x the
+        // time in place).
+        b.forwardSend(b.recvForward(pos.parent, pos.children[0], output, nullptr, bytes, esize, true, true));
+        return;
+      }
       Region sum = total[c][static_cast<size_t>(half)];
       if (pos.parent >= 0) {
         sum = sums.next();
