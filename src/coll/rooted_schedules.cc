@@ -203,7 +203,8 @@ Schedule buildTreeAllReduce(const CollectiveShape& shape, const PipelineParams& 
   ScratchSlots recvSlots(slotBytes, 2 * static_cast<size_t>(pipeline.slots));
   // A large call out of place streams its output, as the ring does (schedules.h): partials and
   // sums stay in scratch, are sent on from there, and reach the output with streaming stores;
-  // a leaf receives the sum straight into the output with them. Otherwise partials and sums
+  // a leaf, and a chain's middle rank, receive the sum straight into the output with them
+  // (the middle rank passing it on in the same pass). Otherwise partials and sums
   // live in the output, which the sum coming down overwrites.
   const bool stream = !shape.inPlace && shape.bytes() >= pipeline.streamingMinBytes;
   // A chunk comes down `lag` chunks after it went up (see below), and at the root its sum waits
