@@ -266,3 +266,38 @@ TEST_CASE("socket: a rank gone while a child it forked holds its sockets is repo
           "[socket][multiprocess]") {
   expectForkedWorkerHidesNoDeath("socket");
 }
+
+TEST_CASE("socket: a rank that exited with its sends still queued is not lost: its peer, far behind, gets them all",
+          "[socket][multiprocess]") {
+  // Rank 1 only sends, so it finishes and exits while most of its messages wait in the kernel's
+  // buffers (its closed end delivers them). Rank 0 takes them late and slowly, looking at a
+  // process that is gone: that alone must not fail the receives.
+  constexpr int kMessages = 400;
+  constexpr size_t kBytes = 2048;
+  auto outcomes = runRanks(2, [](RankContext& ctx) {
+    setenv("WEFT_TRANSPORT", "socket", 1);
+    weftComm_t comm = rankComm(ctx, 20000);
+    if (comm == nullptr) return 1;
+    std::vector<unsigned char> message(kBytes);
+    if (ctx.rank == 1) {
+      for (int m = 0; m < kMessages; ++m) {
+        std::fill(message.begin(), message.end(), static_cast<unsigned char>(m));
+        RANK_WEFT(ctx, weftSend(message.data(), kBytes, weftUint8, 0, comm, nullptr));
+      }
+      RANK_WEFT(ctx, weftCommDestroy(comm));
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    int wrong = 0;
+    for (int m = 0; m < kMessages && ctx.failures == 0; ++m) {
+      RANK_WEFT(ctx, weftRecv(message.data(), kBytes, weftUint8, 1, comm, nullptr));
+      wrong += std::any_of(message.begin(), message.end(), [m](unsigned char b) { return b != static_cast<unsigned char>(m); });
+      if (m % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    RANK_CHECK(ctx, wrong == 0, "%d of %d messages wrong", wrong, kMessages);
+    RANK_WEFT(ctx, weftCommDestroy(comm));
+    return 0;
+  });
+  INFO(describeFailures(outcomes));
+  for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}

@@ -1,8 +1,14 @@
 // Socket plumbing without processes: WEFT_SOCKET_IFNAME's NCCL syntax, address parsing and
-// the wire form of addresses (including what a hostile peer could put there).
+// the wire form of addresses (including what a hostile peer could put there), and the far end
+// of a loopback stream as the kernel lists it.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +22,7 @@
 
 #include "transport/socket/interface_select.h"
 #include "transport/socket/socket_util.h"
+#include "transport/socket/tcp_peer_end.h"
 #include "util/deadline.h"
 
 using namespace weft;
@@ -146,4 +153,86 @@ TEST_CASE("connecting to a port where nothing listens never connects a socket to
     return;
   }
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+
+// A connected pair of TCP sockets on loopback (`family`): {accepted, connecting}; {-1, -1} where
+// the family has no loopback here.
+std::pair<int, int> loopbackPair(int family) {
+  const int listener = ::socket(family, SOCK_STREAM, 0);
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  if (family == AF_INET) {
+    auto& in = reinterpret_cast<sockaddr_in&>(address);
+    in.sin_family = AF_INET;
+    in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    length = sizeof(in);
+  } else {
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(address);
+    in6.sin6_family = AF_INET6;
+    in6.sin6_addr = in6addr_loopback;
+    length = sizeof(in6);
+  }
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      ::listen(listener, 1) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (listener >= 0) ::close(listener);
+    return {-1, -1};
+  }
+  const int connecting = ::socket(family, SOCK_STREAM, 0);
+  REQUIRE(::connect(connecting, reinterpret_cast<sockaddr*>(&address), length) == 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ::close(listener);
+  return {accepted, connecting};
+}
+
+}  // namespace
+
+TEST_CASE("the far end of a loopback stream: whether it holds bytes back and whether a process holds it",
+          "[socket]") {
+  for (int family : {AF_INET, AF_INET6}) {
+    DYNAMIC_SECTION((family == AF_INET ? "IPv4" : "IPv6")) {
+      auto [near, far] = loopbackPair(family);
+      if (near < 0) {
+        WARN("no loopback for this family here: skipped");
+        continue;
+      }
+      auto end = findTcpPeerEnd(near);
+      REQUIRE(end.has_value());
+      CHECK(end->state == TCP_ESTABLISHED);
+      CHECK(end->unackedBytes == 0);
+      CHECK_FALSE(end->orphaned);
+
+      // The near end reads nothing: the far end's writes fill this end's buffer, then its own.
+      const int flags = ::fcntl(far, F_GETFL);
+      REQUIRE(::fcntl(far, F_SETFL, flags | O_NONBLOCK) == 0);
+      std::vector<char> chunk(1 << 16, 'x');
+      size_t written = 0;
+      while (written < (size_t{256} << 20)) {
+        const ssize_t n = ::send(far, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+        if (n <= 0) break;
+        written += static_cast<size_t>(n);
+      }
+      end = findTcpPeerEnd(near);
+      REQUIRE(end.has_value());
+      CHECK(end->unackedBytes > 0);
+      CHECK_FALSE(end->orphaned);
+      INFO(end->describe());
+
+      // Closed with its bytes still queued: the kernel keeps the end to deliver them.
+      ::close(far);
+      end = findTcpPeerEnd(near);
+      REQUIRE(end.has_value());
+      CHECK(end->orphaned);
+      CHECK(end->state == TCP_FIN_WAIT1);
+      CHECK(end->unackedBytes > 0);
+      CHECK_THAT(end->describe(), Catch::Contains("fin-wait-1") && Catch::Contains("closed by its process"));
+      ::close(near);
+    }
+  }
+  int pipeFds[2];
+  REQUIRE(::pipe(pipeFds) == 0);
+  CHECK_FALSE(findTcpPeerEnd(pipeFds[0]).has_value());  // not a socket
+  ::close(pipeFds[0]);
+  ::close(pipeFds[1]);
 }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "transport/process_liveness.h"
+#include "transport/socket/tcp_peer_end.h"
 
 namespace weft::transport {
 
@@ -152,8 +153,8 @@ Status SocketConnection::progress(bool* progressed) {
   } else if (peerExited_ && pending()) {
     return Status(weftRemoteError,
                   formatString("lost the connection to rank %d (%s, pid %d): it exited, though its sockets are still "
-                               "open (a process it forked may hold them)",
-                               peerRank_, peerName_.c_str(), static_cast<int>(peerPid_)));
+                               "open (a process it forked may hold them; its end: %s)",
+                               peerRank_, peerName_.c_str(), static_cast<int>(peerPid_), peerEnds_.c_str()));
   }
   return Status::ok();
 }
@@ -165,19 +166,37 @@ bool SocketConnection::prepareToSleep() {
   if (now < nextProcessLook_) return true;
   nextProcessLook_ = now + kProcessLookInterval;
   const bool moved = std::exchange(movedSinceLook_, false);
-  if (!processGone(peerPid_)) {
+  if (!processGone(peerPid_) || peerEndsStillDelivering()) {
     sawGone_ = false;
     return true;
   }
-  // What it sent before it went may still be on its way (the kernel goes on sending a dead
-  // process's queued bytes as this side reads, while its socket stays open), so it counts as
-  // exited once a whole look has passed with nothing moving.
+  // Its ends are held open by some other process (or cannot be seen from here), with nothing
+  // of theirs left unacknowledged: what it sent before it went may still be landing, so it counts
+  // as exited once a whole look has passed with nothing moving.
   if (sawGone_ && !moved) {
     peerExited_ = true;
     return false;
   }
   sawGone_ = true;
   return true;
+}
+
+bool SocketConnection::peerEndsStillDelivering() {
+  peerEnds_.clear();
+  bool delivering = false;
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    auto end = findTcpPeerEnd(streams_[s].get());
+    if (!end) {
+      peerEnds_ += peerEnds_.empty() ? "not listed here" : "; not listed here";
+      continue;
+    }
+    peerEnds_ += (peerEnds_.empty() ? "" : "; ") + end->describe();
+    // Closed by its process, the end is the kernel's: it delivers what was queued, then the end
+    // of the stream (or a reset), which progress() reports. Held open, it may still be sending
+    // what this side waits for.
+    delivering |= end->orphaned || (end->unackedBytes > 0 && !recvs_.parts[s].empty());
+  }
+  return delivering;
 }
 
 void SocketConnection::addPollFds(std::vector<pollfd>* fds) const {

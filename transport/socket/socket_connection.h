@@ -78,6 +78,10 @@ class SocketConnection final : public Connection {
   void finishPart(Direction& dir, const Part& part);
   Status peerError(const char* what, int err) const;
   bool pending() const { return !sends_.messages.empty() || !recvs_.messages.empty(); }
+  // With the peer's process gone: whether the far end of any stream is closed (the kernel is
+  // delivering what it queued, then the stream's end) or has bytes on their way. Describes the
+  // ends in peerEnds_ for the error that reports the peer exited.
+  bool peerEndsStillDelivering();
 
   int peerRank_;
   std::string peerName_;
@@ -92,6 +96,7 @@ class SocketConnection final : public Connection {
   bool movedSinceLook_ = false;  // a byte moved since the last look
   bool sawGone_ = false;         // the last look found the process gone
   bool peerExited_ = false;      // gone, and nothing moved for a whole look after
+  std::string peerEnds_;         // the peer's ends of the streams, at the last look
 };
 
 }  // namespace weft::transport
