@@ -36,7 +36,7 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
       CommLayout l = layout;
       l.arenaLink = trial.arena;
       l.treeHopCrowding = trial.treeHopCrowding;
-      return predictUs(trial.link, l, Collective::AllReduce, algorithm, t.bytes, chunkBytes);
+      return predictUs(trial.link, l, Collective::AllReduce, algorithm, t.bytes, sizeof(float), chunkBytes);
     };
     set(fitted, solveRising(price, t.us, lo, hi));
   };

@@ -13,7 +13,7 @@
 
 namespace weft::coll {
 
-// Mean microseconds per out-of-place all-reduce of `bytes`; us 0: not timed.
+// Mean microseconds per out-of-place float32 all-reduce of `bytes`; us 0: not timed.
 struct Timing {
   size_t bytes = 0;
   double us = 0;

@@ -71,8 +71,9 @@ bool runsOnArena(const CommLayout& layout, Collective collective, Algorithm algo
 CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank = 0);
 
 // Predicted microseconds for `collective` of `bytes` (the shape's: whole buffer, or one rank's
-// block for the blocked collectives), pipelined in chunks of chunkBytes.
+// block for the blocked collectives) in elements of elementSize bytes, pipelined in chunks of
+// chunkBytes.
 double predictUs(const LinkCost& link, const CommLayout& layout, Collective collective, Algorithm algorithm,
-                 size_t bytes, size_t chunkBytes);
+                 size_t bytes, size_t elementSize, size_t chunkBytes);
 
 }  // namespace weft::coll

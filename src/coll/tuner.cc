@@ -151,7 +151,7 @@ void chooseChunkBytes(TuningConfig* config, bool anySocket) {
 }
 
 Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
-                          Collective collective, size_t bytes) {
+                          Collective collective, size_t bytes, size_t elementSize) {
   const int nranks = layout.nranks;
   if (auto forced = config.forced[static_cast<size_t>(collective)]) return *forced;
   const size_t fanOutBytes = bytes * static_cast<size_t>(std::max(nranks - 1, 0));
@@ -170,10 +170,10 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
     }
   };
   Algorithm best = hasAlgorithm(collective, Algorithm::Ring) ? Algorithm::Ring : Algorithm::Direct;
-  double bestUs = predictUs(link, layout, collective, best, bytes, config.pipeline.chunkBytes);
+  double bestUs = predictUs(link, layout, collective, best, bytes, elementSize, config.pipeline.chunkBytes);
   for (Algorithm a : {Algorithm::OneShot, Algorithm::RecursiveDoubling, Algorithm::Tree}) {
     if (!allowed(a)) continue;
-    const double us = predictUs(link, layout, collective, a, bytes, config.pipeline.chunkBytes);
+    const double us = predictUs(link, layout, collective, a, bytes, elementSize, config.pipeline.chunkBytes);
     // Only a clear win displaces the cheapest so far, the ring first: on a host with 2 CPUs the
     // model prices a one-step tree over its chain exactly as the ring, and rounding must not
     // choose between them.
@@ -186,13 +186,13 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
 }
 
 std::string describePredictions(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
-                                Collective collective, size_t bytes) {
+                                Collective collective, size_t bytes, size_t elementSize) {
   std::string text;
   for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot,
                       Algorithm::Direct}) {
     if (!hasAlgorithm(collective, a)) continue;
     text += formatString("%s%s %.1f us", text.empty() ? "" : ", ", algorithmName(a),
-                         predictUs(link, layout, collective, a, bytes, config.pipeline.chunkBytes));
+                         predictUs(link, layout, collective, a, bytes, elementSize, config.pipeline.chunkBytes));
   }
   return text;
 }

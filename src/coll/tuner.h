@@ -46,14 +46,15 @@ void chooseChunkBytes(TuningConfig* config, bool anySocket);
 // differs (WEFT_SOCKET_NSTREAMS) would wait for a stream that never comes.
 uint16_t settingsDigest(const TuningConfig& config, int streamsPerPeer);
 
-// `bytes` is the shape's: the whole buffer, or one rank's block for the blocked collectives.
+// `bytes` is the shape's: the whole buffer, or one rank's block for the blocked collectives, in
+// elements of elementSize bytes.
 Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
-                          Collective collective, size_t bytes);
+                          Collective collective, size_t bytes, size_t elementSize);
 
 // The model's price of every algorithm `collective` has, for WEFT_DEBUG=INFO: "ring 12.1 us,
 // tree 13.0 us, ..." (bench/tuner_accuracy.py reads it back).
 std::string describePredictions(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
-                                Collective collective, size_t bytes);
+                                Collective collective, size_t bytes, size_t elementSize);
 
 // Builds the schedule of `algorithm` for `shape`.
 Schedule buildSchedule(const CollectiveShape& shape, Algorithm algorithm, const PipelineParams& pipeline);

@@ -280,8 +280,8 @@ Status Communicator::connectAll(const char* what, const Deadline& deadline) {
   return Status::ok();
 }
 
-coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t bytes) {
-  const auto key = std::pair(collective, bytes);
+coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t bytes, size_t elementSize) {
+  const ChoiceKey key{collective, bytes, elementSize};
   if (lastAlgorithm_ && lastAlgorithm_->first == key) return lastAlgorithm_->second;  // a loop's repeats
   if (auto it = algorithms_.find(key); it != algorithms_.end()) {
     lastAlgorithm_ = *it;
@@ -289,14 +289,14 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   }
   if (algorithms_.size() >= 256) algorithms_.clear();  // a size sweep must not grow it forever
   lastAlgorithm_.reset();
-  const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes);
+  const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, collective, bytes, elementSize);
   algorithms_.emplace(key, algorithm);
   // The model's prices (every rank prices alike), also where WEFT_ALGO forces the algorithm:
   // bench/tuner_accuracy.py compares each run's times with the prices of its own communicators.
   // Not while WEFT_TUNE=measure times the links, whose prices are not fitted yet.
   if (rank() == 0 && !timingLinks_ && logLevel() >= LogLevel::Info) {
     WEFT_INFO("%s of %zu bytes on %d ranks, predicted: %s", coll::collectiveName(collective), bytes, size(),
-              coll::describePredictions(tuning_, link_, layout_, collective, bytes).c_str());
+              coll::describePredictions(tuning_, link_, layout_, collective, bytes, elementSize).c_str());
   }
   if (coll::runsOnArena(layout_, collective, algorithm, bytes)) {
     // No schedule is built for these (schedule_cache.cc logs the others' choices).
@@ -343,9 +343,10 @@ double Communicator::predictedUs(std::span<const CollectiveCall> calls) const {
   double us = 0;
   for (const CollectiveCall& call : calls) {
     if (isPointToPoint(call) && call.root == rank()) continue;  // a copy within the group, not a message
-    const size_t bytes = callBytes(call);
-    const coll::Algorithm algorithm = coll::chooseAlgorithm(tuning_, link_, layout_, call.collective, bytes);
-    us += coll::predictUs(link_, layout_, call.collective, algorithm, bytes, tuning_.pipeline.chunkBytes);
+    const size_t bytes = callBytes(call), elementSize = kernels::dataTypeSize(call.type);
+    const coll::Algorithm algorithm =
+        coll::chooseAlgorithm(tuning_, link_, layout_, call.collective, bytes, elementSize);
+    us += coll::predictUs(link_, layout_, call.collective, algorithm, bytes, elementSize, tuning_.pipeline.chunkBytes);
   }
   return us;
 }
@@ -425,7 +426,7 @@ Status Communicator::runScheduled(std::span<const CollectiveCall> calls, const D
       call.op = weftSum;
     }
     const coll::CollectiveShape shape = shapeOf(call);
-    const coll::Algorithm algorithm = algorithmFor(call.collective, shape.bytes());
+    const coll::Algorithm algorithm = algorithmFor(call.collective, shape.bytes(), shape.elementSize);
     schedules.push_back(schedules_.get(shape, algorithm, tuning_.pipeline));
     operations.push_back({call.send, call.recv, call.type, call.op, messageTag(original)});
   }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <tuple>
 
 #include "coll/schedule_cache.h"
 #include "core/collective_call.h"
@@ -98,9 +99,9 @@ class Communicator {
   bool suitsDirect(const CollectiveCall& call) const;
   Result<bool> runDirect(const CollectiveCall& call);
   coll::CollectiveShape shapeOf(const CollectiveCall& call) const;
-  // The tuner's choice, kept per (collective, bytes): it is fixed for the communicator's life,
-  // and the model prices every algorithm to find it.
-  coll::Algorithm algorithmFor(coll::Collective collective, size_t bytes);
+  // The tuner's choice, kept per (collective, bytes, element size): it is fixed for the
+  // communicator's life, and the model prices every algorithm to find it.
+  coll::Algorithm algorithmFor(coll::Collective collective, size_t bytes, size_t elementSize);
   void forgetChoices();  // after the model's inputs change
   // A failed collective leaves connections mid-message: the communicator stays failed.
   Status fail(Status status);
@@ -127,8 +128,9 @@ class Communicator {
   // Held where layout_ or link_ change once the communicator is in use (the arena's setup), and
   // by predictedUs, which another thread calls.
   mutable std::mutex modelMutex_;
-  std::map<std::pair<coll::Collective, size_t>, coll::Algorithm> algorithms_;  // algorithmFor's
-  std::optional<std::pair<std::pair<coll::Collective, size_t>, coll::Algorithm>> lastAlgorithm_;  // its last hit
+  using ChoiceKey = std::tuple<coll::Collective, size_t, size_t>;  // algorithmFor's arguments
+  std::map<ChoiceKey, coll::Algorithm> algorithms_;                     // its choices
+  std::optional<std::pair<ChoiceKey, coll::Algorithm>> lastAlgorithm_;  // its last hit
   std::vector<unsigned> progressCpus_;
   SpinTimes spin_;
   struct FreeDeleter { void operator()(void* p) const { std::free(p); } };

@@ -21,7 +21,7 @@ bool Communicator::suitsArena(const CollectiveCall& call) {
   const size_t bytes = callBytes(call);
   constexpr auto kOneShot = coll::Algorithm::OneShot;
   return bytes > 0 && coll::runsOnArena(layout_, call.collective, kOneShot, bytes) &&
-         algorithmFor(call.collective, bytes) == kOneShot;
+         algorithmFor(call.collective, bytes, kernels::dataTypeSize(call.type)) == kOneShot;
 }
 
 Status Communicator::setUpArena(const Deadline& deadline) {

@@ -33,7 +33,7 @@ void usage() {
       "                           the rest on stderr\n"
       "      --predict N          instead: the tuner's predicted all-reduce times for N ranks on one\n"
       "                           such host over shared memory (--socket: sockets), 8 B to 64 MiB,\n"
-      "                           per algorithm, and its choice, as JSON lines\n"
+      "                           float32, per algorithm, and its choice, as JSON lines\n"
       "Exit status: 0 success, 1 the topology could not be read or the output written, 2 bad\n"
       "command line.\n",
       weft::core::kMaxRanks);
@@ -49,8 +49,8 @@ int exitStatusAfterOutput() {
   return 0;
 }
 
-// The tuner's predictions for n ranks on one host like `host`, as the communicator would make
-// them there: the planned trees and the host's crowding included.
+// The tuner's predictions for float32 all-reduces of n ranks on one host like `host`, as the
+// communicator would make them there: the planned trees and the host's crowding included.
 int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLinks) {
   using namespace weft::coll;
   auto loaded = loadTuningConfig();
@@ -72,10 +72,10 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
     std::printf("{\"nranks\": %d, \"size\": %zu", n, bytes);
     for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
       std::printf(", \"%s\": %.3f", algorithmName(a),
-                  predictUs(link, layout, Collective::AllReduce, a, bytes, config.pipeline.chunkBytes));
+                  predictUs(link, layout, Collective::AllReduce, a, bytes, sizeof(float), config.pipeline.chunkBytes));
     }
     std::printf(", \"choice\": \"%s\"}\n",
-                algorithmName(chooseAlgorithm(config, link, layout, Collective::AllReduce, bytes)));
+                algorithmName(chooseAlgorithm(config, link, layout, Collective::AllReduce, bytes, sizeof(float))));
   }
   return exitStatusAfterOutput();
 }
