@@ -183,7 +183,8 @@ json.dump([{"size": s, "oop": {"time_us": 1 + s / 1e3}} for s in sizes], open(ar
 if os.environ.get("WEFT_DEBUG") == "INFO":
     for s in sizes:
         print(f"all-reduce of {s} bytes on 2 ranks: ring", file=sys.stderr)
-        print(f"all-reduce of {s} bytes on 2 ranks, predicted: ring 1.0 us, tree 2.0 us", file=sys.stderr)
+        print(f"all-reduce of {s} bytes in 4-byte elements on 2 ranks, predicted: ring 1.0 us, tree 2.0 us",
+              file=sys.stderr)
 PY
     cat > stub/bin/weft-topo <<'PY'
 #!/usr/bin/python3

@@ -78,10 +78,11 @@ def run_perf(nranks, algo, min_bytes, max_bytes, iters, work, log_choices=False,
 
 
 def logged_predictions(text):
-    """{size: {algorithm: us}} from the WEFT_DEBUG=INFO lines "all-reduce of B bytes on N ranks,
-    predicted: ring 12.1 us, tree 13.0 us, ..." in `text`."""
+    """{size: {algorithm: us}} from the WEFT_DEBUG=INFO lines "all-reduce of B bytes in 4-byte
+    elements on N ranks, predicted: ring 12.1 us, tree 13.0 us, ..." in `text`: the float32 calls
+    measured, not weft-perf's own 8-byte ones (a double), which the model may price otherwise."""
     return {int(m.group(1)): {name: float(us) for name, us in re.findall(r"([a-z-]+) ([\d.]+) us", m.group(2))}
-            for m in re.finditer(r"all-reduce of (\d+) bytes on \d+ ranks, predicted: (.*)", text)}
+            for m in re.finditer(r"all-reduce of (\d+) bytes in 4-byte elements on \d+ ranks, predicted: (.*)", text)}
 
 
 def measure_all(nranks, top, repeats, work, own_predictions=False):

@@ -24,7 +24,7 @@ check() {  # ranks, transport (shm|socket), then weft-topo's extra flags
     echo "the ranks could not set up the shared-memory arena (is /dev/shm small?): skipped"
     exit 77
   fi
-  # "all-reduce of B bytes on N ranks, predicted: ring 12.1 us, tree 13.0 us, ..." against
+  # "all-reduce of B bytes in 4-byte elements on N ranks, predicted: ring 12.1 us, ..." against
   # {"nranks": N, "size": B, "ring": 12.061, "tree": 12.954, ...}.
   PYTHONPATH=$bench python3 - "$work/tool" "$work/ranks" "$n $transport" <<'EOF'
 import json, sys
