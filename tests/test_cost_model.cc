@@ -97,7 +97,8 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
         for (double gbps : {1.3, 2.9, 4.5, 7.7, 11.0}) {
           for (double cached : {0.3, 0.45, 0.7}) {
             const coll::LinkCost fitted{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), cached};
-            treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes, sizeof(float)) == Algorithm::Tree;
+            treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes, sizeof(float)) ==
+                          Algorithm::Tree;
           }
         }
       }
@@ -109,7 +110,8 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
   const auto single = interleaved(1, 4, 1);
   const coll::CommLayout one = coll::layoutOf(plan::rankOrderOf(plan::makePlan(single)), 4, plan::ranksPerCpu(single));
   CHECK(price(one, Algorithm::Tree, size_t{32} << 10) == Approx(price(one, Algorithm::Ring, size_t{32} << 10)));
-  CHECK(coll::chooseAlgorithm(config, link, one, Collective::AllReduce, size_t{32} << 10, sizeof(float)) != Algorithm::Tree);
+  CHECK(coll::chooseAlgorithm(config, link, one, Collective::AllReduce, size_t{32} << 10, sizeof(float)) !=
+        Algorithm::Tree);
 }
 
 TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's share of the cache", "[planner][tuner]") {

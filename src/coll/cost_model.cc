@@ -157,7 +157,9 @@ double predictUs(const LinkCost& memoryLink, const CommLayout& layout, Collectiv
           // With two ranks each tree is one edge, rooted at either end (the planner chains a
           // host's ranks both ways), and the two trees together move what the ring's two steps
           // move: each rank reduces one half and sends the other.
-          if (nranks == 2) return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, elementSize, chunkBytes);
+          if (nranks == 2) {
+            return predictUs(memoryLink, layout, collective, Algorithm::Ring, bytesIn, elementSize, chunkBytes);
+          }
           // The planned double tree: each half of the buffer up and down its tree in chunks,
           // the two trees' chunks in step (a step moves a chunk of each half: `piece`). A hop is
           // priced as a ring step is, a crowded wait (by the layout's treeHopCrowding), then the

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 
 #include "core/bootstrap.h"
 #include "core/self_exchange.h"
@@ -295,8 +296,9 @@ coll::Algorithm Communicator::algorithmFor(coll::Collective collective, size_t b
   // bench/tuner_accuracy.py compares each run's times with the prices of its own communicators.
   // Not while WEFT_TUNE=measure times the links, whose prices are not fitted yet.
   if (rank() == 0 && !timingLinks_ && logLevel() >= LogLevel::Info) {
+    const std::string prices = coll::describePredictions(tuning_, link_, layout_, collective, bytes, elementSize);
     WEFT_INFO("%s of %zu bytes in %zu-byte elements on %d ranks, predicted: %s", coll::collectiveName(collective),
-              bytes, elementSize, size(), coll::describePredictions(tuning_, link_, layout_, collective, bytes, elementSize).c_str());
+              bytes, elementSize, size(), prices.c_str());
   }
   if (coll::runsOnArena(layout_, collective, algorithm, bytes)) {
     // No schedule is built for these (schedule_cache.cc logs the others' choices).
