@@ -114,6 +114,46 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
         Algorithm::Tree);
 }
 
+TEST_CASE("tuner: where ranks share CPUs, a tree all-reduce must be priced well under the ring to be taken",
+          "[tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  coll::TuningConfig config;
+  config.pipeline.chunkBytes = coll::kSharedMemoryChunkBytes;
+  config.oneShotMaxBytes = config.recursiveDoublingMaxBytes = 0;  // the ring and the tree only
+  int narrowWins = 0;  // sizes where the tree is priced under the ring, but not by a quarter
+  for (int n : {4, 8}) {
+    const auto crowdedHost = interleaved(1, n, 2);
+    coll::CommLayout crowded =
+        coll::layoutOf(plan::rankOrderOf(plan::makePlan(crowdedHost)), n, plan::ranksPerCpu(crowdedHost));
+    crowded.cacheBytesPerRank = (size_t{32} << 20) / static_cast<size_t>(n);  // a 2-CPU VM's 32 MiB of L3 as counted
+    coll::CommLayout roomy = crowded;
+    roomy.ranksPerCpu = 1;
+    for (double alpha : {0.5, 1.1, 2.3}) {
+      for (double gbps : {2.9, 4.5, 7.7}) {
+        const coll::LinkCost link{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), 0.45};
+        for (size_t bytes = size_t{32} << 10; bytes <= (size_t{1} << 20); bytes *= 2) {
+          auto price = [&](const coll::CommLayout& layout, Algorithm a) {
+            return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, sizeof(float), config.pipeline.chunkBytes);
+          };
+          const Algorithm chosen = coll::chooseAlgorithm(config, link, crowded, Collective::AllReduce, bytes, sizeof(float));
+          const double tree = price(crowded, Algorithm::Tree), ring = price(crowded, Algorithm::Ring);
+          CAPTURE(n, alpha, gbps, bytes, tree, ring);
+          if (chosen == Algorithm::Tree) CHECK(tree <= 0.75 * ring);
+          if (tree < ring * (1 - 1e-6) && tree > 0.75 * ring) {
+            ++narrowWins;
+            CHECK(chosen != Algorithm::Tree);
+          }
+          // Where every rank has a CPU the cheaper price decides.
+          const Algorithm roomyChoice = coll::chooseAlgorithm(config, link, roomy, Collective::AllReduce, bytes, sizeof(float));
+          CHECK((roomyChoice == Algorithm::Tree) == (price(roomy, Algorithm::Tree) < price(roomy, Algorithm::Ring) * (1 - 1e-9)));
+        }
+      }
+    }
+  }
+  CHECK(narrowWins > 0);  // the case above was met
+}
+
 TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's share of the cache", "[planner][tuner]") {
   using coll::Algorithm;
   using coll::Collective;

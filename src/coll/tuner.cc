@@ -146,6 +146,15 @@ Result<TuningConfig> loadTuningConfig() {
   return config;
 }
 
+// Where ranks share CPUs, how much cheaper than the ring the model must price a tree all-reduce
+// for the tuner to take it. The tree's price there assumes its two chains have a CPU each at the
+// same moments, which a busy host (a VM whose other vCPU the hypervisor takes) often does not
+// give, where the ring's steps spread over every rank. On 4 and 8 ranks of 2 CPUs, 32-512 KiB,
+// the 32 rows of 11 tuner records (2026-11-22 to 2026-12-04) where the model priced the tree
+// under the ring measured the tree at 0.75-1.67x the ring, median 1.0, and the one where the
+// tuner took it ran 1.67x; taking the ring in all of them would have cost at most 1.33x.
+constexpr double kCrowdedTreeMargin = 0.25;
+
 void chooseChunkBytes(TuningConfig* config, bool anySocket) {
   if (!config->chunkBytesSet) config->pipeline.chunkBytes = anySocket ? kSocketChunkBytes : kSharedMemoryChunkBytes;
 }
@@ -171,9 +180,12 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
   };
   Algorithm best = hasAlgorithm(collective, Algorithm::Ring) ? Algorithm::Ring : Algorithm::Direct;
   double bestUs = predictUs(link, layout, collective, best, bytes, elementSize, config.pipeline.chunkBytes);
+  const double ringUs = bestUs;
   for (Algorithm a : {Algorithm::OneShot, Algorithm::RecursiveDoubling, Algorithm::Tree}) {
     if (!allowed(a)) continue;
     const double us = predictUs(link, layout, collective, a, bytes, elementSize, config.pipeline.chunkBytes);
+    const bool crowdedTree = a == Algorithm::Tree && collective == Collective::AllReduce && layout.ranksPerCpu > 1;
+    if (crowdedTree && us > ringUs * (1 - kCrowdedTreeMargin)) continue;
     // Only a clear win displaces the cheapest so far, the ring first: on a host with 2 CPUs the
     // model prices a one-step tree over its chain exactly as the ring, and rounding must not
     // choose between them.

@@ -47,7 +47,8 @@ void chooseChunkBytes(TuningConfig* config, bool anySocket);
 uint16_t settingsDigest(const TuningConfig& config, int streamsPerPeer);
 
 // `bytes` is the shape's: the whole buffer, or one rank's block for the blocked collectives, in
-// elements of elementSize bytes.
+// elements of elementSize bytes. The cheapest by the model, except that where ranks share CPUs a
+// tree all-reduce displaces the ring only when priced well under it (tuner.cc).
 Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, const CommLayout& layout,
                           Collective collective, size_t bytes, size_t elementSize);
 
