@@ -14,6 +14,9 @@
 using namespace weft;
 using test::interleaved;
 
+// The element size of the benchmarks' all-reduces (float32), which the model's ring prices by.
+constexpr size_t kF32 = sizeof(float);
+
 TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks per CPU", "[planner][tuner]") {
   using coll::Algorithm;
   using coll::Collective;
@@ -32,11 +35,11 @@ TEST_CASE("cost model: trees priced by the planned depth, crowded hosts by ranks
   for (size_t bytes : {size_t{8}, size_t{1} << 20}) {
     coll::CommLayout roomy = crowded;
     roomy.ranksPerCpu = 1;
-    CHECK(coll::predictUs(link, crowded, Collective::AllReduce, Algorithm::Ring, bytes, sizeof(float), 1 << 19) >
-          2 * coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Ring, bytes, sizeof(float), 1 << 19));
+    CHECK(coll::predictUs(link, crowded, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19) >
+          2 * coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19));
     // A deeper tree costs more: the chain of one host against the trees over four.
-    CHECK(coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Tree, bytes, sizeof(float), 1 << 19) >
-          coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Tree, bytes, sizeof(float), 1 << 19));
+    CHECK(coll::predictUs(link, roomy, Collective::AllReduce, Algorithm::Tree, bytes, kF32, 1 << 19) >
+          coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Tree, bytes, kF32, 1 << 19));
   }
   // Unknown CPU counts never make a host look crowded.
   CHECK(plan::ranksPerCpu(interleaved(1, 8, 0)) == 1.0);
@@ -53,7 +56,7 @@ TEST_CASE("cost model: a ring whose blocks are partly empty costs less, by the s
     return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, elementSize, 1 << 17);
   };
   // 32 bytes: 8 floats fill the 8 blocks; 4 doubles fill half of them, 2 of 16 bytes a quarter.
-  const double full = ring(32, sizeof(float));
+  const double full = ring(32, kF32);
   CHECK(ring(32, 1) == Approx(full));  // more elements than ranks: the element size is irrelevant
   CHECK(ring(32, sizeof(double)) == Approx(0.81 * full));
   CHECK(ring(32, 16) == Approx(0.715 * full));
@@ -72,7 +75,7 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
   coll::TuningConfig config;
   config.pipeline.chunkBytes = coll::kSharedMemoryChunkBytes;
   auto price = [&](const coll::CommLayout& layout, Algorithm a, size_t bytes) {
-    return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, sizeof(float), config.pipeline.chunkBytes);
+    return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, kF32, config.pipeline.chunkBytes);
   };
   // A CPU per rank: behind the first chunk a chain's interior rank reduces and copies every
   // chunk, where a ring's rank handles (n-1)/n of the buffer, so many chunks cost about 4/3 as
@@ -97,8 +100,8 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
         for (double gbps : {1.3, 2.9, 4.5, 7.7, 11.0}) {
           for (double cached : {0.3, 0.45, 0.7}) {
             const coll::LinkCost fitted{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), cached};
-            treeChosen += coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes, sizeof(float)) ==
-                          Algorithm::Tree;
+            treeChosen +=
+                coll::chooseAlgorithm(config, fitted, shared, Collective::AllReduce, bytes, kF32) == Algorithm::Tree;
           }
         }
       }
@@ -110,8 +113,7 @@ TEST_CASE("cost model: a tree is priced by its busiest rank, and a tie with the 
   const auto single = interleaved(1, 4, 1);
   const coll::CommLayout one = coll::layoutOf(plan::rankOrderOf(plan::makePlan(single)), 4, plan::ranksPerCpu(single));
   CHECK(price(one, Algorithm::Tree, size_t{32} << 10) == Approx(price(one, Algorithm::Ring, size_t{32} << 10)));
-  CHECK(coll::chooseAlgorithm(config, link, one, Collective::AllReduce, size_t{32} << 10, sizeof(float)) !=
-        Algorithm::Tree);
+  CHECK(coll::chooseAlgorithm(config, link, one, Collective::AllReduce, size_t{32} << 10, kF32) != Algorithm::Tree);
 }
 
 TEST_CASE("tuner: where ranks share CPUs, a tree all-reduce must be priced well under the ring to be taken",
@@ -134,9 +136,12 @@ TEST_CASE("tuner: where ranks share CPUs, a tree all-reduce must be priced well 
         const coll::LinkCost link{alpha, 1.0 / (gbps * 1000), 1.0 / (gbps * 2300), 0.45};
         for (size_t bytes = size_t{32} << 10; bytes <= (size_t{1} << 20); bytes *= 2) {
           auto price = [&](const coll::CommLayout& layout, Algorithm a) {
-            return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, sizeof(float), config.pipeline.chunkBytes);
+            return coll::predictUs(link, layout, Collective::AllReduce, a, bytes, kF32, config.pipeline.chunkBytes);
           };
-          const Algorithm chosen = coll::chooseAlgorithm(config, link, crowded, Collective::AllReduce, bytes, sizeof(float));
+          auto choose = [&](const coll::CommLayout& layout) {
+            return coll::chooseAlgorithm(config, link, layout, Collective::AllReduce, bytes, kF32);
+          };
+          const Algorithm chosen = choose(crowded);
           const double tree = price(crowded, Algorithm::Tree), ring = price(crowded, Algorithm::Ring);
           CAPTURE(n, alpha, gbps, bytes, tree, ring);
           if (chosen == Algorithm::Tree) CHECK(tree <= 0.75 * ring);
@@ -145,8 +150,8 @@ TEST_CASE("tuner: where ranks share CPUs, a tree all-reduce must be priced well 
             CHECK(chosen != Algorithm::Tree);
           }
           // Where every rank has a CPU the cheaper price decides.
-          const Algorithm roomyChoice = coll::chooseAlgorithm(config, link, roomy, Collective::AllReduce, bytes, sizeof(float));
-          CHECK((roomyChoice == Algorithm::Tree) == (price(roomy, Algorithm::Tree) < price(roomy, Algorithm::Ring) * (1 - 1e-9)));
+          CHECK((choose(roomy) == Algorithm::Tree) ==
+                (price(roomy, Algorithm::Tree) < price(roomy, Algorithm::Ring) * (1 - 1e-9)));
         }
       }
     }
@@ -192,7 +197,7 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
   CHECK(cached.cacheBytesPerRank == (size_t{16} << 20));
   const coll::LinkCost link = coll::defaultSharedMemoryCost();
   auto ring = [&](const coll::CommLayout& layout, size_t bytes) {
-    return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, sizeof(float), 1 << 19);
+    return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19);
   };
   const size_t inCache = size_t{2} << 20, beyond = size_t{64} << 20, between = size_t{8} << 20;
   CHECK(ring(cached, inCache) < 0.6 * ring(blind, inCache));
@@ -215,15 +220,15 @@ TEST_CASE("cost model: the INFO line names every algorithm a collective has, at 
   const coll::LinkCost link = coll::defaultSharedMemoryCost();
   const coll::TuningConfig config;
   const size_t bytes = size_t{1} << 20;
-  const std::string line = coll::describePredictions(config, link, layout, Collective::AllReduce, bytes, sizeof(float));
+  const std::string line = coll::describePredictions(config, link, layout, Collective::AllReduce, bytes, kF32);
   for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::RecursiveDoubling, Algorithm::OneShot}) {
     const std::string expected =
         formatString("%s %.1f us", coll::algorithmName(a),
-                     coll::predictUs(link, layout, Collective::AllReduce, a, bytes, sizeof(float), config.pipeline.chunkBytes));
+                     coll::predictUs(link, layout, Collective::AllReduce, a, bytes, kF32, config.pipeline.chunkBytes));
     CHECK(line.find(expected) != std::string::npos);
   }
   CHECK(line.find("direct") == std::string::npos);
-  CHECK(coll::describePredictions(config, link, layout, Collective::AllGather, bytes, sizeof(float)).rfind("ring ", 0) == 0);
+  CHECK(coll::describePredictions(config, link, layout, Collective::AllGather, bytes, kF32).rfind("ring ", 0) == 0);
 }
 
 TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs the timings came from", "[tuner]") {
@@ -241,7 +246,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     truthLayout.treeHopCrowding = 1.9;
     const size_t chunk = coll::kSharedMemoryChunkBytes;
     auto timed = [&](Algorithm a, size_t bytes) {
-      return coll::Timing{bytes, coll::predictUs(truth, truthLayout, Collective::AllReduce, a, bytes, sizeof(float), chunk)};
+      return coll::Timing{bytes, coll::predictUs(truth, truthLayout, Collective::AllReduce, a, bytes, kF32, chunk)};
     };
     const size_t share = layout.cacheBytesPerRank;
     const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024), timed(Algorithm::Ring, share / 4),
@@ -254,11 +259,11 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     coll::CommLayout fitLayout = layout;
     fitLayout.arenaLink = fit.arena;
     for (const coll::Timing& t : {measured.ringSmall, measured.ringCached, measured.ringMemory}) {
-      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Ring, t.bytes, sizeof(float), chunk) ==
+      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Ring, t.bytes, kF32, chunk) ==
             Approx(t.us).epsilon(0.03));
     }
     for (const coll::Timing& t : {measured.arenaSmall, measured.arenaLarge}) {
-      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::OneShot, t.bytes, sizeof(float), chunk) ==
+      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::OneShot, t.bytes, kF32, chunk) ==
             Approx(t.us).epsilon(0.03));
     }
     CHECK(fit.link.inCacheFactor < 1.0);
@@ -266,7 +271,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     if (cpus == 2) {
       fitLayout.treeHopCrowding = fit.treeHopCrowding;
       CHECK(fit.treeHopCrowding == Approx(1.9).epsilon(0.03));
-      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Tree, 1024, sizeof(float), chunk) ==
+      CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Tree, 1024, kF32, chunk) ==
             Approx(measured.treeSmall.us).epsilon(0.03));
     } else {
       CHECK(fit.treeHopCrowding == coll::kHopCrowding);
@@ -288,7 +293,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     CAPTURE(fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor);
     for (const coll::Timing& t : {vm.ringSmall, vm.ringCached, vm.ringMemory}) {
       CAPTURE(t.bytes);
-      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, t.bytes, sizeof(float), chunk) ==
+      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, t.bytes, kF32, chunk) ==
             Approx(t.us).epsilon(0.03));
     }
   }
@@ -308,7 +313,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     const size_t chunk = coll::kSharedMemoryChunkBytes;
     auto timed = [&](size_t bytes) {
       return coll::Timing{bytes,
-                          coll::predictUs(truth, layout, Collective::AllReduce, Algorithm::Ring, bytes, sizeof(float), chunk)};
+                          coll::predictUs(truth, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, chunk)};
     };
     coll::MeasuredAllReduce measured;
     measured.ringSmall = timed(1024);
@@ -319,7 +324,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
     CHECK(fit.link.betaUsPerB == Approx(truth.betaUsPerB).epsilon(0.03));
     for (size_t bytes : {size_t{1024}, size_t{1} << 20, layout.cacheBytesPerRank / 4, layout.cacheBytesPerRank}) {
       CAPTURE(bytes);
-      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, bytes, sizeof(float), chunk) ==
+      CHECK(coll::predictUs(fit.link, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, chunk) ==
             Approx(timed(bytes).us).epsilon(0.03));
     }
   }

@@ -180,7 +180,7 @@ Algorithm chooseAlgorithm(const TuningConfig& config, const LinkCost& link, cons
   };
   Algorithm best = hasAlgorithm(collective, Algorithm::Ring) ? Algorithm::Ring : Algorithm::Direct;
   double bestUs = predictUs(link, layout, collective, best, bytes, elementSize, config.pipeline.chunkBytes);
-  const double ringUs = bestUs;
+  const double ringUs = bestUs;  // `best` is the ring here wherever a crowded tree is weighed
   for (Algorithm a : {Algorithm::OneShot, Algorithm::RecursiveDoubling, Algorithm::Tree}) {
     if (!allowed(a)) continue;
     const double us = predictUs(link, layout, collective, a, bytes, elementSize, config.pipeline.chunkBytes);
