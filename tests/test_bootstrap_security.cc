@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
 #include "core/flood_eviction.h"
 #include "core/unique_id.h"
@@ -384,4 +385,43 @@ TEST_CASE("peer mesh: connections that never say hello do not hold up a rank's p
   });
   INFO(describeFailures(outcomes));
   for (const auto& o : outcomes) CHECK(o.exitCode == 0);
+}
+
+TEST_CASE("bootstrap: a rank's placement reaches its peers whole, and values out of range as unknown", "[bootstrap]") {
+  plan::RankPlacement mine;
+  mine.numaNode = 1;
+  mine.gpu = 3;
+  mine.preferredNic = 1;
+  mine.nicCount = 2;
+  mine.cpus = 16;
+  mine.cores = 8;
+  mine.sharedMemory = false;
+  mine.cacheBytes = size_t{48} << 20;
+  mine.privateCacheBytes = size_t{1280} << 10;
+  std::vector<core::PeerRecord> records(2);
+  records[0].placement = core::toWire(mine);
+  // A record with counts no rank sends: taken as unknown, never as negative sizes.
+  records[1].placement = core::toWire(mine);
+  records[1].placement.cores = -5;
+  records[1].placement.cpus = -1;
+  records[1].placement.preferredNic = 7;  // past its NICs
+  auto address = transport::SocketAddress::parse("127.0.0.1:1234");
+  REQUIRE(address.isOk());
+  for (auto& r : records) r.listen = transport::toWire(address.value());
+  auto peers = core::decodePeerRecords(records, "test");
+  REQUIRE(peers.isOk());
+  const plan::RankPlacement& got = peers.value()[0].placement;
+  CHECK(got.numaNode == 1);
+  CHECK(got.gpu == 3);
+  CHECK(got.preferredNic == 1);
+  CHECK(got.nicCount == 2);
+  CHECK(got.cpus == 16);
+  CHECK(got.cores == 8);
+  CHECK_FALSE(got.sharedMemory);
+  CHECK(got.cacheBytes == mine.cacheBytes);
+  CHECK(got.privateCacheBytes == mine.privateCacheBytes);
+  const plan::RankPlacement& odd = peers.value()[1].placement;
+  CHECK(odd.cores == 0);
+  CHECK(odd.cpus == 0);
+  CHECK(odd.preferredNic == -1);
 }

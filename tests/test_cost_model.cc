@@ -212,6 +212,62 @@ TEST_CASE("cost model: bytes move faster while the buffers fit in each rank's sh
   CHECK(ring(crowded, inCache) < 0.7 * ring(crowdedBlind, inCache));
 }
 
+TEST_CASE("cost model: bytes move faster again while the buffers fit in each rank's share of the L2", "[planner][tuner]") {
+  using coll::Algorithm;
+  using coll::Collective;
+  constexpr size_t kL2 = size_t{1280} << 10;
+  auto withL2 = [](std::vector<plan::RankPlacement> ranks, int cores) {
+    for (auto& r : ranks) {
+      r.privateCacheBytes = kL2;
+      r.cores = cores;
+      r.cacheBytes = size_t{48} << 20;
+    }
+    return ranks;
+  };
+  // A core's L2 is a rank's own while the host has a core for each rank (2 cores of 2 threads
+  // each for 2 ranks), and a share of it where the ranks outnumber the cores; with the cores
+  // unknown, the CPUs stand for them. The least share of any host counts, and one rank's
+  // unknown L2 leaves it unknown.
+  CHECK(plan::privateCacheBytesPerRank(withL2(interleaved(1, 2, 4), 2)) == kL2);
+  CHECK(plan::privateCacheBytesPerRank(withL2(interleaved(1, 4, 4), 2)) == kL2 / 2);
+  CHECK(plan::privateCacheBytesPerRank(withL2(interleaved(1, 8, 2), 2)) == kL2 / 4);
+  CHECK(plan::privateCacheBytesPerRank(withL2(interleaved(1, 8, 2), 0)) == kL2 / 4);
+  auto mixed = withL2(interleaved(2, 4, 4), 4);
+  mixed.back().privateCacheBytes = size_t{256} << 10;
+  CHECK(plan::privateCacheBytesPerRank(mixed) == (size_t{256} << 10));
+  mixed.front().privateCacheBytes = 0;
+  CHECK(plan::privateCacheBytesPerRank(mixed) == 0);
+
+  // 2 ranks with 1.25 MiB of L2 each: a send and a receive buffer of 128 KiB take a fifth of it,
+  // at the L2's rate; of 640 KiB, all of it, at the L3's; of 320 KiB, half, in between.
+  const auto pair = withL2(interleaved(1, 2, 2), 2);
+  const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(pair));
+  const coll::CommLayout l2 = coll::layoutOf(order, 2, plan::ranksPerCpu(pair), plan::cacheBytesPerRank(pair),
+                                             plan::privateCacheBytesPerRank(pair));
+  const coll::CommLayout l3Only = coll::layoutOf(order, 2, plan::ranksPerCpu(pair), plan::cacheBytesPerRank(pair));
+  REQUIRE(l2.privateCacheBytesPerRank == kL2);
+  const coll::LinkCost shm = coll::defaultSharedMemoryCost();
+  REQUIRE(shm.inPrivateCacheFactor < 1);
+  auto ring = [&](const coll::LinkCost& link, const coll::CommLayout& layout, size_t bytes) {
+    return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19);
+  };
+  // A 2-rank ring's price is two messages and the bytes: the discount applies to the bytes.
+  auto bytesPart = [&](const coll::CommLayout& layout, size_t bytes) { return ring(shm, layout, bytes) - ring(shm, layout, 8); };
+  const size_t inL2 = size_t{128} << 10, between = size_t{320} << 10, pastL2 = kL2 / 2;
+  CHECK(bytesPart(l2, inL2) == Approx(shm.inPrivateCacheFactor * bytesPart(l3Only, inL2)).epsilon(0.01));
+  CHECK(ring(shm, l2, pastL2) == ring(shm, l3Only, pastL2));
+  CHECK(bytesPart(l2, between) > bytesPart(l2, inL2) * 2.5 * 1.1);  // the discount fades
+  CHECK(ring(shm, l2, between) < ring(shm, l3Only, between));
+  // The L2 discount multiplies the L3's: both apply while the buffers fit in both.
+  coll::CommLayout blind = l3Only;
+  blind.cacheBytesPerRank = 0;
+  CHECK(ring(shm, l2, inL2) < ring(shm, l3Only, inL2));
+  CHECK(ring(shm, l3Only, inL2) < ring(shm, blind, inL2));
+  // Sockets are not priced by the memory: no discount.
+  const coll::LinkCost socket = coll::defaultSocketCost();
+  CHECK(ring(socket, l2, inL2) == ring(socket, blind, inL2));
+}
+
 TEST_CASE("cost model: the INFO line names every algorithm a collective has, at the model's price", "[tuner]") {
   using coll::Algorithm;
   using coll::Collective;
@@ -236,11 +292,15 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
   using coll::Collective;
   for (int cpus : {2, 8}) {  // crowded (4 ranks on 2 CPUs) and not
     auto ranks = interleaved(1, 4, cpus);
-    for (auto& r : ranks) r.cacheBytes = size_t{32} << 20;
+    for (auto& r : ranks) {
+      r.cacheBytes = size_t{32} << 20;
+      r.privateCacheBytes = size_t{2} << 20;
+      r.cores = cpus;
+    }
     coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 4, plan::ranksPerCpu(ranks),
-                                             plan::cacheBytesPerRank(ranks));
+                                             plan::cacheBytesPerRank(ranks), plan::privateCacheBytesPerRank(ranks));
     layout.arenaBytes = coll::kArenaMaxBytes;
-    const coll::LinkCost truth{0.7, 1.0 / 9000.0, 1.0 / 20000.0, 0.6};
+    const coll::LinkCost truth{0.7, 1.0 / 9000.0, 1.0 / 20000.0, 0.6, 0.7};
     coll::CommLayout truthLayout = layout;
     truthLayout.arenaLink = {0.3, 1.0 / 12000.0, 0.0};
     truthLayout.treeHopCrowding = 1.9;
@@ -249,16 +309,21 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
       return coll::Timing{bytes, coll::predictUs(truth, truthLayout, Collective::AllReduce, a, bytes, kF32, chunk)};
     };
     const size_t share = layout.cacheBytesPerRank;
-    const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024), timed(Algorithm::Ring, share / 4),
-                                           timed(Algorithm::Ring, 2 * share), timed(Algorithm::OneShot, 8),
+    const coll::MeasuredAllReduce measured{timed(Algorithm::Ring, 1024),
+                                           timed(Algorithm::Ring, share / 4),
+                                           timed(Algorithm::Ring, 2 * share),
+                                           timed(Algorithm::OneShot, 8),
                                            timed(Algorithm::OneShot, coll::kArenaMaxBytes),
-                                           timed(Algorithm::Tree, 1024)};
+                                           timed(Algorithm::Tree, 1024),
+                                           timed(Algorithm::Ring, layout.privateCacheBytesPerRank / 8)};
     // From the defaults; the defaults' beta/gamma ratio is kept, so gamma is compared as beta + gamma.
     const coll::FittedCosts fit = coll::fitAllReduce(coll::defaultSharedMemoryCost(), layout, chunk, measured);
-    CAPTURE(cpus, fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor, fit.arena.alphaUs);
+    CAPTURE(cpus, fit.link.alphaUs, fit.link.betaUsPerB, fit.link.inCacheFactor, fit.link.inPrivateCacheFactor,
+            fit.arena.alphaUs);
     coll::CommLayout fitLayout = layout;
     fitLayout.arenaLink = fit.arena;
-    for (const coll::Timing& t : {measured.ringSmall, measured.ringCached, measured.ringMemory}) {
+    CHECK(fit.link.inPrivateCacheFactor == Approx(truth.inPrivateCacheFactor).epsilon(0.03));
+    for (const coll::Timing& t : {measured.ringSmall, measured.ringPrivate, measured.ringCached, measured.ringMemory}) {
       CHECK(coll::predictUs(fit.link, fitLayout, Collective::AllReduce, Algorithm::Ring, t.bytes, kF32, chunk) ==
             Approx(t.us).epsilon(0.03));
     }
@@ -340,4 +405,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
   coll::MeasuredAllReduce inCache;
   inCache.ringCached = {size_t{4} << 20, 1.0};
   CHECK(coll::fitAllReduce(coll::defaultSocketCost(), cachedLayout, 1 << 19, inCache).link.inCacheFactor == 1.0);
+  cachedLayout.privateCacheBytesPerRank = size_t{2} << 20;
+  inCache.ringPrivate = {size_t{256} << 10, 1.0};
+  CHECK(coll::fitAllReduce(coll::defaultSocketCost(), cachedLayout, 1 << 19, inCache).link.inPrivateCacheFactor == 1.0);
 }

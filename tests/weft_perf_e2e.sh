@@ -70,7 +70,7 @@ PY
       if [[ $(wc -l < "$work/links") != "$n" || $(sort -u "$work/links" | wc -l) != 1 ]]; then
         echo "want one identical 'measured links' line per rank:"; cat "$work/log"; exit 1
       fi
-      if ! grep -Eq "^measured links: alpha [0-9.]+ us, [0-9.]+ GB/s from memory, [0-9.]+ GB/s in cache; arena [0-9.]+ us, [0-9.]+ GB/s; tree hop crowding [0-9.]+$" "$work/links" ||
+      if ! grep -Eq "^measured links: alpha [0-9.]+ us, [0-9.]+ GB/s from memory, [0-9.]+ GB/s in cache, [0-9.]+ GB/s in L2; arena [0-9.]+ us, [0-9.]+ GB/s; tree hop crowding [0-9.]+$" "$work/links" ||
          grep -q " 0.00 " "$work/links"; then
         echo "a malformed or zero measurement:"; cat "$work/links"; exit 1
       fi

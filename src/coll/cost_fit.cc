@@ -68,9 +68,14 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
     } else {
       fit(Algorithm::Ring, measured.ringCached, 1e-3, 1e3, scaleBytes);
     }
+    if (layout.privateCacheBytesPerRank > 0 && link.inPrivateCacheFactor < 1) {
+      fit(Algorithm::Ring, measured.ringPrivate, 0.05, 1.0,
+          [](FittedCosts& c, double f) { c.link.inPrivateCacheFactor = f; });
+    }
     auto moved = [](double a, double b) { return std::abs(a - b) > 1e-3 * std::abs(b); };
     if (!moved(fitted.link.alphaUs, before.alphaUs) && !moved(fitted.link.betaUsPerB, before.betaUsPerB) &&
-        !moved(fitted.link.inCacheFactor, before.inCacheFactor)) {
+        !moved(fitted.link.inCacheFactor, before.inCacheFactor) &&
+        !moved(fitted.link.inPrivateCacheFactor, before.inPrivateCacheFactor)) {
       break;
     }
   }

@@ -1,8 +1,9 @@
 // Fitting the cost model to timed all-reduces (WEFT_TUNE=measure). For the links: the
 // per-message cost from a small ring all-reduce, the per-byte costs from one too large for the
-// cache, and the discount while the buffers stay in the cache from one that fits. For the
-// shared-memory arena: its per-call cost from a one-shot of a few bytes through it, its per-byte
-// cost from the largest it takes. Where ranks share CPUs, how a tree's hop waits for them, from
+// cache, the discount while the buffers stay in the cache from one that fits, and the further
+// discount while they stay in the L2 from one that fits there. For the shared-memory arena: its
+// per-call cost from a one-shot of a few bytes through it, its per-byte cost from the largest it
+// takes. Where ranks share CPUs, how a tree's hop waits for them, from
 // a small tree all-reduce. Each is found so that the model's own price (predictUs) matches the
 // time, which keeps the crowding and pipelining the model applies out of the fitted numbers.
 #pragma once
@@ -26,6 +27,7 @@ struct MeasuredAllReduce {
   Timing arenaSmall;   // one-shot through the arena, a few bytes
   Timing arenaLarge;   // one-shot through the arena, the most it takes
   Timing treeSmall;    // the tree, latency-bound, where ranks share CPUs
+  Timing ringPrivate;  // footprint within a quarter of the rank's L2 share
 };
 
 struct FittedCosts {
@@ -39,8 +41,9 @@ struct FittedCosts {
 bool fitsTreeCrowding(const CommLayout& layout);
 
 // `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
-// ratio kept) and inCacheFactor for the link (only where it has a cache discount), alphaUs and
-// betaUsPerB for the arena, and the layout's treeHopCrowding (where fitsTreeCrowding). A part
+// ratio kept), inCacheFactor and inPrivateCacheFactor for the link (each only where the link has
+// that discount and the layout that cache), alphaUs and betaUsPerB for the arena, and the
+// layout's treeHopCrowding (where fitsTreeCrowding). A part
 // whose timing is missing keeps what it had; where the timing beyond the cache is missing, the
 // one in it sets beta and gamma, and the discount stays.
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,

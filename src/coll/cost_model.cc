@@ -9,22 +9,25 @@ namespace weft::coll {
 
 // Shared memory: ~1.1 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
 // the copy out of it (reduce on receipt); a little over twice that while the buffers stay in
-// the cache. Sockets: loopback-class TCP. Both measured on 2-core x86 VMs
-// (bench/results/*-tuner-accuracy*.md).
-LinkCost defaultSharedMemoryCost() { return {1.1, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
+// the cache, and a third faster again while they stay in a core's L2 (0.72 fitted at init on a
+// 2-vCPU Xeon VM with 1.25 MiB of it). Sockets: loopback-class TCP. Both measured on 2-core x86
+// VMs (bench/results/*-tuner-accuracy*.md).
+LinkCost defaultSharedMemoryCost() { return {1.1, 1.0 / 4500.0, 1.0 / 10000.0, 0.45, 0.75}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
 // ~0.5 us for 8 bytes on 2 ranks, then ~7 GB/s per peer's input read and reduced, 1 to 16 KiB
 // on 2 and 4 ranks of a quiet 2-core VM (bench/results/2026-11-24-tuner-accuracy*.md): faster
 // than the executor's one-shot and the ring up to its 16 KiB limit.
 LinkCost arenaCost() { return {0.5, 1.0 / 7000.0, 0.0}; }
 
-CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank) {
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank,
+                    size_t privateCacheBytesPerRank) {
   CommLayout layout;
   layout.nranks = nranks;
   layout.treeDepth = order.treeDepth(nranks);
   layout.treeFanOut = std::max(1, order.treeFanOut(nranks));
   layout.ranksPerCpu = std::max(1.0, ranksPerCpu);
   layout.cacheBytesPerRank = cacheBytesPerRank;
+  layout.privateCacheBytesPerRank = privateCacheBytesPerRank;
   return layout;
 }
 
@@ -78,16 +81,30 @@ double footprint(Collective collective, double b, double n) {
   }
 }
 
+// `factor` where `bytes` is at most `within`, 1 from `past` on, and a geometric blend between.
+double discount(double factor, double bytes, double within, double past) {
+  if (within <= 0 || factor >= 1 || bytes >= past) return 1;
+  const double beyond = bytes <= within ? 0 : std::log2(bytes / within) / std::log2(past / within);  // 0 .. 1
+  return std::pow(factor, 1 - beyond);
+}
+
 // The link with its per-byte costs as they are for a footprint of `bytes` per rank: the cached
-// rate up to half the rank's cache, the memory's from twice it, and in between a geometric
-// blend. The cache is shared by every rank of the host (cacheBytesPerRank is its share), so
-// this holds where ranks share CPUs too.
+// rate up to half the rank's cache share, the memory's from twice it; and faster again up to a
+// quarter of its L2 share, no faster from the whole of it. The caches are shared by the ranks
+// that share them (cacheBytesPerRank and privateCacheBytesPerRank are the shares), so this holds
+// where ranks share CPUs too. The L2's discount fades sooner: the shared-memory slots and the
+// lines the peers wrote take room there too, and on a 2-vCPU Xeon VM with 1.25 MiB of L2 a
+// core, 2-rank all-reduces ran at the L2's rate at 128 KiB (a 256 KiB footprint) and at the
+// L3's at 512 KiB (bench/results/2026-12-04-tuner-accuracy-measured-intel-vm-l2.md).
 LinkCost forFootprint(const LinkCost& l, const CommLayout& layout, double bytes) {
   const double cache = static_cast<double>(layout.cacheBytesPerRank);
-  if (cache <= 0 || l.inCacheFactor >= 1 || bytes >= 2 * cache) return l;
-  const double beyond = bytes <= cache / 2 ? 0 : std::log2(bytes / (cache / 2)) / 2;  // 0 .. 1
-  const double scale = std::pow(l.inCacheFactor, 1 - beyond);
-  return {l.alphaUs, l.betaUsPerB * scale, l.gammaUsPerB * scale, l.inCacheFactor};
+  const double l2 = static_cast<double>(layout.privateCacheBytesPerRank);
+  const double scale = discount(l.inCacheFactor, bytes, cache / 2, 2 * cache) *
+                       discount(l.inPrivateCacheFactor, bytes, l2 / 4, l2);
+  LinkCost scaled = l;
+  scaled.betaUsPerB *= scale;
+  scaled.gammaUsPerB *= scale;
+  return scaled;
 }
 
 // What a ring step costs where only some of the n blocks hold an element (count < n): a

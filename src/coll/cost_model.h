@@ -28,6 +28,8 @@ struct LinkCost {
   // Beta and gamma scale by this while the buffers fit in the cache each rank has (1: no
   // difference, as for sockets, whose cost is not the memory's).
   double inCacheFactor = 1;
+  // And by this too while they fit in its share of a core's L2 (1: no difference).
+  double inPrivateCacheFactor = 1;
 };
 
 LinkCost defaultSharedMemoryCost();
@@ -48,6 +50,9 @@ struct CommLayout {
   // The last-level cache each rank has to itself where that is least (plan::cacheBytesPerRank);
   // 0: unknown, every byte priced at the memory's rate.
   size_t cacheBytesPerRank = 0;
+  // The L2 each rank has to itself where that is least (plan::privateCacheBytesPerRank); 0:
+  // unknown, no byte priced at the L2's rate.
+  size_t privateCacheBytesPerRank = 0;
   // The largest all-reduce the one-shot algorithm runs through the shared-memory arena (all
   // ranks on one host; see coll/arena_allreduce.h) instead of the executor; 0: no arena. With
   // one, the one-shot all-gather and broadcast run through it at any size.
@@ -66,9 +71,10 @@ struct CommLayout {
 // executor).
 bool runsOnArena(const CommLayout& layout, Collective collective, Algorithm algorithm, size_t bytes);
 
-// The layout of n ranks following `order`, ranksPerCpu and cacheBytesPerRank as the caller found
+// The layout of n ranks following `order`, ranksPerCpu and the cache shares as the caller found
 // them (arenaBytes is the caller's to set).
-CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank = 0);
+CommLayout layoutOf(const RankOrder& order, int nranks, double ranksPerCpu, size_t cacheBytesPerRank = 0,
+                    size_t privateCacheBytesPerRank = 0);
 
 // Predicted microseconds for `collective` of `bytes` (the shape's: whole buffer, or one rank's
 // block for the blocked collectives) in elements of elementSize bytes, pipelined in chunks of

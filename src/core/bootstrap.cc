@@ -61,12 +61,7 @@ Result<Rendezvous> joinRendezvous(const UniqueIdContents& id, int rank, int nran
     if (rails.addresses[nic].length > 0) hello.rails[nic] = transport::toWire(rails.addresses[nic]);
   }
   std::snprintf(hello.hostName, sizeof(hello.hostName), "%s", localHostName().c_str());
-  hello.placement = {static_cast<int16_t>(placement.numaNode), static_cast<int16_t>(placement.gpu),
-                     static_cast<int16_t>(placement.preferredNic), static_cast<int16_t>(placement.nicCount),
-                     static_cast<int16_t>(std::min(placement.cpus, int{INT16_MAX})),
-                     static_cast<int16_t>((placement.sharedMemory ? 0 : kPlacementNoSharedMemory) |
-                                          (placement.sharedMemoryOnly ? kPlacementSharedMemoryOnly : 0)),
-                     static_cast<uint32_t>(std::min<size_t>(placement.cacheBytes >> 10, UINT32_MAX))};
+  hello.placement = toWire(placement);
 
   const std::string where = "bootstrap root " + id.root.toString();
   UniqueFd root;

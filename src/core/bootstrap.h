@@ -25,7 +25,7 @@ struct PeerInfo {
   plan::RankPlacement placement;  // .host is not on the wire: the planner derives it from hostHash
 };
 // Every rank keeps one for every rank (docs/architecture.md gives the size at 64K ranks).
-static_assert(sizeof(PeerInfo) <= 384);
+static_assert(sizeof(PeerInfo) <= 392);
 
 struct Rendezvous {
   std::vector<PeerInfo> peers;

@@ -1,5 +1,8 @@
 #include "core/bootstrap_wire.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "core/bootstrap.h"
@@ -35,6 +38,22 @@ Status checkRootReply(const RootReply& reply, int nranks, const std::string& whe
   return Status::ok();
 }
 
+WirePlacement toWire(const plan::RankPlacement& p) {
+  auto kib = [](size_t bytes) { return static_cast<uint32_t>(std::min<size_t>(bytes >> 10, UINT32_MAX)); };
+  auto count = [](int n) { return static_cast<int16_t>(std::min(n, int{INT16_MAX})); };
+  return {static_cast<int16_t>(p.numaNode),
+          static_cast<int16_t>(p.gpu),
+          static_cast<int16_t>(p.preferredNic),
+          static_cast<int16_t>(p.nicCount),
+          count(p.cpus),
+          static_cast<int16_t>((p.sharedMemory ? 0 : kPlacementNoSharedMemory) |
+                               (p.sharedMemoryOnly ? kPlacementSharedMemoryOnly : 0)),
+          kib(p.cacheBytes),
+          kib(p.privateCacheBytes),
+          count(p.cores),
+          0};
+}
+
 Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> records, const std::string& where) {
   std::vector<PeerInfo> peers(records.size());
   for (size_t r = 0; r < records.size(); ++r) {
@@ -63,6 +82,8 @@ Result<std::vector<PeerInfo>> decodePeerRecords(std::span<const PeerRecord> reco
     peers[r].placement.sharedMemory = (w.flags & kPlacementNoSharedMemory) == 0;
     peers[r].placement.sharedMemoryOnly = (w.flags & kPlacementSharedMemoryOnly) != 0;
     peers[r].placement.cacheBytes = static_cast<size_t>(w.cacheKiB) << 10;
+    peers[r].placement.privateCacheBytes = static_cast<size_t>(w.privateCacheKiB) << 10;
+    peers[r].placement.cores = w.cores > 0 ? w.cores : 0;
   }
   return peers;
 }

@@ -10,6 +10,7 @@
 
 #include "core/rails.h"
 #include "core/unique_id.h"
+#include "plan/placement.h"
 #include "transport/socket/socket_util.h"
 #include "util/status.h"
 
@@ -18,7 +19,7 @@ namespace weft::core {
 constexpr uint32_t kHelloMagic = 0x4c454857;  // "WHEL"
 constexpr uint32_t kReplyMagic = 0x50455257;  // "WREP"
 constexpr uint32_t kPeerHelloMagic = 0x48505746;  // "FWPH"
-constexpr uint16_t kProtocolVersion = 7;  // 7: eight rails, not four
+constexpr uint16_t kProtocolVersion = 8;  // 8: the placement's L2 and cores
 constexpr int kMaxRanks = 1 << 20;
 constexpr int kHostNameBytes = 64;
 
@@ -31,6 +32,9 @@ struct WirePlacement {
   int16_t cpus;  // CPUs its host lets it use; 0 unknown
   int16_t flags;  // kPlacementNoSharedMemory, kPlacementSharedMemoryOnly
   uint32_t cacheKiB;  // its host's last-level cache; 0 unknown
+  uint32_t privateCacheKiB;  // its host's L2 a core; 0 unknown
+  int16_t cores;  // cores its host lets it use; 0 unknown
+  int16_t reserved;
 };
 constexpr int16_t kPlacementNoSharedMemory = 1;  // the rank keeps all its pairs on sockets
 constexpr int16_t kPlacementSharedMemoryOnly = 2;  // the rank's pairs must all use shared memory
@@ -72,7 +76,7 @@ struct PeerRecord {
 
 // The layouts tests/fuzz/make_seeds.py writes (LP64); a change here is a new protocol version,
 // unless it only puts a field where there was padding, which older ranks send as 0.
-static_assert(sizeof(WirePlacement) == 16 && sizeof(RankHello) == 328 && sizeof(PeerRecord) == 280);
+static_assert(sizeof(WirePlacement) == 24 && sizeof(RankHello) == 336 && sizeof(PeerRecord) == 288);
 
 // The root's answer: on success followed by nranks PeerRecords.
 struct RootReply {
@@ -112,6 +116,10 @@ std::string rankHelloFieldsProblem(const RankHello& hello);
 // The root's answer for a rank expecting `nranks` ranks: ok when it admits the rank, else the
 // error it carries (or says why it is malformed). `where` names the root for messages.
 Status checkRootReply(const RootReply& reply, int nranks, const std::string& where);
+
+// A rank's placement as its hello carries it (.host is not sent: the planner derives it), each
+// count clamped to what the field holds.
+WirePlacement toWire(const plan::RankPlacement& placement);
 
 struct PeerInfo;
 // The table of peers that follows a successful RootReply.

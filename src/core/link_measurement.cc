@@ -14,8 +14,10 @@ namespace weft::core {
 
 // Out-of-place all-reduces of float32, each timed as weft-perf times one (the mean over
 // back-to-back calls after a warm-up; the median of three such runs, so that one descheduling
-// or page fault does not decide it): the ring small; with buffers in half the rank's cache
-// share; with buffers twice that share (at least 8 MiB); and, where the arena serves small
+// or page fault does not decide it): the ring small; with buffers in a quarter of the rank's L2
+// share (where that is at least 64 KiB: below it the per-message costs would decide the time);
+// with buffers in half its cache share; with buffers twice that share (at least 8 MiB); and,
+// where the arena serves small
 // all-reduces, the one-shot through it at 8 bytes and at its largest; where more than 2 ranks
 // share CPUs, the tree at 1 KiB. A timing that would need buffers over 64 MiB, or a cache
 // discount the link does not have (sockets), is left out: the discount then keeps its default,
@@ -30,6 +32,9 @@ Status Communicator::measureLinks() {
   const size_t cachedBytes = cache / 4;  // send and receive buffers: half the share
   const bool timeMemory = memoryBytes <= kMaxBytes;
   const bool timeCached = link_.inCacheFactor < 1 && cachedBytes >= (size_t{64} << 10) && cachedBytes <= kMaxBytes;
+  const size_t privateBytes = layout_.privateCacheBytesPerRank / 8;  // send and receive: a quarter of the share
+  const bool timePrivate = link_.inPrivateCacheFactor < 1 && privateBytes >= (size_t{64} << 10) &&
+                           (!timeCached || privateBytes < cachedBytes);
   const size_t largest = std::max({timeMemory ? memoryBytes : 0, timeCached ? cachedBytes : 0, layout_.arenaBytes,
                                    size_t{1024}});
   std::vector<float> send(std::max(largest / sizeof(float), static_cast<size_t>(size())), 1.0f);
@@ -55,6 +60,7 @@ Status Communicator::measureLinks() {
   using coll::Algorithm;
   coll::MeasuredAllReduce measured;
   Status status = time(Algorithm::Ring, 1024, 20, 100, &measured.ringSmall);
+  if (status.isOk() && timePrivate) status = time(Algorithm::Ring, privateBytes, 5, 20, &measured.ringPrivate);
   if (status.isOk() && timeCached) status = time(Algorithm::Ring, cachedBytes, 5, 20, &measured.ringCached);
   if (status.isOk() && timeMemory) status = time(Algorithm::Ring, memoryBytes, 2, 3, &measured.ringMemory);
   if (status.isOk() && layout_.arenaBytes > 0) {
@@ -70,25 +76,27 @@ Status Communicator::measureLinks() {
   WEFT_TRY(status);
 
   const coll::FittedCosts fitted = coll::fitAllReduce(link_, layout_, tuning_.pipeline.chunkBytes, measured);
-  double shared[] = {fitted.link.alphaUs,       fitted.link.betaUsPerB, fitted.link.gammaUsPerB,
-                     fitted.link.inCacheFactor, fitted.arena.alphaUs,  fitted.arena.betaUsPerB,
-                     fitted.treeHopCrowding};
+  double shared[] = {fitted.link.alphaUs,       fitted.link.betaUsPerB,   fitted.link.gammaUsPerB,
+                     fitted.link.inCacheFactor, fitted.arena.alphaUs,    fitted.arena.betaUsPerB,
+                     fitted.treeHopCrowding,    fitted.link.inPrivateCacheFactor};
   WEFT_TRY(run(CollectiveCall{coll::Collective::Broadcast, shared, shared, std::size(shared), weftFloat64}));
   forgetChoices();
-  link_ = {shared[0], shared[1], shared[2], shared[3]};
+  link_ = {shared[0], shared[1], shared[2], shared[3], shared[7]};
   layout_.arenaLink.alphaUs = shared[4];
   layout_.arenaLink.betaUsPerB = shared[5];
   layout_.treeHopCrowding = shared[6];
   if (rank() == 0) {
-    WEFT_INFO("timed at init: ring all-reduce of %zu B in %.1f us, %zu B in %.1f us, %zu B in %.1f us; arena one-shot "
-              "of %zu B in %.2f us, %zu B in %.2f us; tree of %zu B in %.1f us",
-              measured.ringSmall.bytes, measured.ringSmall.us, measured.ringCached.bytes, measured.ringCached.us,
+    WEFT_INFO("timed at init: ring all-reduce of %zu B in %.1f us, %zu B in %.1f us, %zu B in %.1f us, %zu B in %.1f us; "
+              "arena one-shot of %zu B in %.2f us, %zu B in %.2f us; tree of %zu B in %.1f us",
+              measured.ringSmall.bytes, measured.ringSmall.us, measured.ringPrivate.bytes, measured.ringPrivate.us,
+              measured.ringCached.bytes, measured.ringCached.us,
               measured.ringMemory.bytes, measured.ringMemory.us, measured.arenaSmall.bytes, measured.arenaSmall.us,
               measured.arenaLarge.bytes, measured.arenaLarge.us, measured.treeSmall.bytes, measured.treeSmall.us);
   }
-  WEFT_INFO("measured links: alpha %.2f us, %.2f GB/s from memory, %.2f GB/s in cache; arena %.2f us, %.2f GB/s; "
-            "tree hop crowding %.2f",
+  WEFT_INFO("measured links: alpha %.2f us, %.2f GB/s from memory, %.2f GB/s in cache, %.2f GB/s in L2; arena %.2f us, "
+            "%.2f GB/s; tree hop crowding %.2f",
             link_.alphaUs, 1e-3 / link_.betaUsPerB, 1e-3 / (link_.betaUsPerB * link_.inCacheFactor),
+            1e-3 / (link_.betaUsPerB * link_.inCacheFactor * link_.inPrivateCacheFactor),
             layout_.arenaLink.alphaUs, 1e-3 / layout_.arenaLink.betaUsPerB, layout_.treeHopCrowding);
   return Status::ok();
 }

@@ -15,6 +15,8 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
   p.nicCount = host.fabricNicCount();
   p.cpus = host.pus;
   p.cacheBytes = host.cacheBytes;
+  p.privateCacheBytes = host.privateCacheBytes;
+  p.cores = host.cores;
   if (p.nicCount == 0) return p;
   const auto fabric = static_cast<size_t>(p.nicCount);
   if (p.gpu >= 0) {
@@ -104,6 +106,27 @@ size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
   for (const auto& [host, h] : hosts) {
     const size_t usable = h.cpus > 0 ? std::min(h.cacheBytes, kMostCacheBytesPerCpu * h.cpus) : h.cacheBytes;
     least = std::min(least, usable / std::max(h.ranks, h.cpus));
+  }
+  return least == SIZE_MAX ? 0 : least;
+}
+
+size_t privateCacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
+  struct HostShare {
+    size_t ranks = 0;
+    size_t cores = 0;
+    size_t cacheBytes = 0;
+  };
+  std::map<int, HostShare> hosts;
+  for (const RankPlacement& r : ranks) {
+    HostShare& h = hosts[r.host];
+    ++h.ranks;
+    h.cores = std::max(h.cores, static_cast<size_t>(std::max(r.cores > 0 ? r.cores : r.cpus, 0)));
+    h.cacheBytes = h.ranks == 1 ? r.privateCacheBytes : std::min(h.cacheBytes, r.privateCacheBytes);
+  }
+  size_t least = SIZE_MAX;
+  for (const auto& [host, h] : hosts) {
+    const size_t cores = h.cores > 0 ? h.cores : h.ranks;  // unknown: a core each
+    least = std::min(least, h.ranks <= cores ? h.cacheBytes : h.cacheBytes * cores / h.ranks);
   }
   return least == SIZE_MAX ? 0 : least;
 }

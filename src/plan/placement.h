@@ -16,9 +16,11 @@ struct RankPlacement {
   int preferredNic = -1; // its host's NIC closest to its GPU (or NUMA node); -1 none
   int nicCount = 0;      // NICs on its host
   int cpus = 0;          // CPUs (hwloc PUs) its host lets it use; 0 unknown
+  int cores = 0;         // cores its host lets it use; 0 unknown
   bool sharedMemory = true;  // it may use shared memory (not WEFT_TRANSPORT=socket or WEFT_SHM_DISABLE=1)
   bool sharedMemoryOnly = false;  // every pair of its must use shared memory (WEFT_TRANSPORT=shm)
   size_t cacheBytes = 0;     // its host's last-level cache (topo::HostTopology::cacheBytes); 0 unknown
+  size_t privateCacheBytes = 0;  // its host's L2 a core (topo::HostTopology::privateCacheBytes); 0 unknown
 };
 
 // This rank's placement on `host`: its NUMA node from the CPUs it may run on, its GPU (-1 for
@@ -40,6 +42,10 @@ double ranksPerCpu(const std::vector<RankPlacement>& ranks);
 // speed as if out of cache: bench/results/2026-11-26-cpu-on-h200-host.md); 0 where any host's
 // cache is unknown. A host's cache counts for at most kMostCacheBytesPerCpu per CPU (see there).
 size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks);
+// The L2 each rank has to itself on the host where that is least: a core's, or a share of it
+// where the host's ranks outnumber its cores (they take turns on them, and on their L2s); with
+// the cores unknown, its CPUs stand for them. 0 where any host's L2 is unknown.
+size_t privateCacheBytesPerRank(const std::vector<RankPlacement>& ranks);
 
 // No x86 CPU has more last-level cache per core than 12 MiB (AMD's 3D V-Cache parts: 96 MiB over
 // 8 cores). A host reporting much more per CPU is a VM given a few CPUs of a larger machine's

@@ -11,7 +11,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = bytes((i * 7 + 1) & 0xFF for i in range(32))
-PROTOCOL = 7  # kProtocolVersion
+PROTOCOL = 8  # kProtocolVersion
 
 
 def fnv1a64(data):
@@ -31,8 +31,8 @@ def unique_id():
     return body + struct.pack("<Q", fnv1a64(body))
 
 
-def placement(numa=0, gpu=-1, nic=0, nics=1, cpus=2, cache_kib=32768):
-    return struct.pack("<hhhhhhI", numa, gpu, nic, nics, cpus, 0, cache_kib)
+def placement(numa=0, gpu=-1, nic=0, nics=1, cpus=2, cache_kib=32768, l2_kib=1024, cores=2):
+    return struct.pack("<hhhhhhIIhh", numa, gpu, nic, nics, cpus, 0, cache_kib, l2_kib, cores, 0)
 
 
 def rails(port):

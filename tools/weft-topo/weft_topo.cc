@@ -65,7 +65,7 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
   const auto plan = weft::plan::makePlan(ranks);
   // One host over shared memory: small all-reduces may take the arena.
   CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks),
-                               weft::plan::cacheBytesPerRank(ranks));
+                               weft::plan::cacheBytesPerRank(ranks), weft::plan::privateCacheBytesPerRank(ranks));
   layout.arenaBytes = socketLinks ? 0 : kArenaMaxBytes;
   const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
   for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
