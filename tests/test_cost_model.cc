@@ -252,7 +252,9 @@ TEST_CASE("cost model: bytes move faster again while the buffers fit in each ran
     return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19);
   };
   // A 2-rank ring's price is two messages and the bytes: the discount applies to the bytes.
-  auto bytesPart = [&](const coll::CommLayout& layout, size_t bytes) { return ring(shm, layout, bytes) - ring(shm, layout, 8); };
+  auto bytesPart = [&](const coll::CommLayout& layout, size_t bytes) {
+    return ring(shm, layout, bytes) - ring(shm, layout, 8);
+  };
   const size_t inL2 = size_t{128} << 10, between = size_t{320} << 10, pastL2 = kL2 / 2;
   CHECK(bytesPart(l2, inL2) == Approx(shm.inPrivateCacheFactor * bytesPart(l3Only, inL2)).epsilon(0.01));
   CHECK(ring(shm, l2, pastL2) == ring(shm, l3Only, pastL2));
