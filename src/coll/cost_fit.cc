@@ -68,7 +68,7 @@ FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t 
     } else {
       fit(Algorithm::Ring, measured.ringCached, 1e-3, 1e3, scaleBytes);
     }
-    if (layout.privateCacheBytesPerRank > 0 && link.inPrivateCacheFactor < 1) {
+    if (layout.privateCacheBytesPerRank > 0 && link.inCacheFactor < 1) {
       fit(Algorithm::Ring, measured.ringPrivate, 0.05, 1.0,
           [](FittedCosts& c, double f) { c.link.inPrivateCacheFactor = f; });
     }

@@ -41,9 +41,9 @@ struct FittedCosts {
 bool fitsTreeCrowding(const CommLayout& layout);
 
 // `link` and `layout.arenaLink` fitted to `measured`: alphaUs, betaUsPerB and gammaUsPerB (their
-// ratio kept), inCacheFactor and inPrivateCacheFactor for the link (each only where the link has
-// that discount and the layout that cache), alphaUs and betaUsPerB for the arena, and the
-// layout's treeHopCrowding (where fitsTreeCrowding). A part
+// ratio kept), inCacheFactor and inPrivateCacheFactor for the link (only where the link has a
+// cache discount, as sockets do not, and the layout knows that cache), alphaUs and betaUsPerB
+// for the arena, and the layout's treeHopCrowding (where fitsTreeCrowding). A part
 // whose timing is missing keeps what it had; where the timing beyond the cache is missing, the
 // one in it sets beta and gamma, and the discount stays.
 FittedCosts fitAllReduce(const LinkCost& link, const CommLayout& layout, size_t chunkBytes,

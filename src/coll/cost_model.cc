@@ -9,10 +9,13 @@ namespace weft::coll {
 
 // Shared memory: ~1.1 us a message and ~4.5 GB/s through the ring, reductions mostly hidden in
 // the copy out of it (reduce on receipt); a little over twice that while the buffers stay in
-// the cache, and a third faster again while they stay in a core's L2 (0.72 fitted at init on a
-// 2-vCPU Xeon VM with 1.25 MiB of it). Sockets: loopback-class TCP. Both measured on 2-core x86
-// VMs (bench/results/*-tuner-accuracy*.md).
-LinkCost defaultSharedMemoryCost() { return {1.1, 1.0 / 4500.0, 1.0 / 10000.0, 0.45, 0.75}; }
+// the cache. That rate was fitted where most of the cached sizes fit a core's L2 too, so the
+// defaults add no L2 discount of their own (on a 2-vCPU Xeon VM with 1.25 MiB of L2 a 0.75
+// one made 41 and 38 of 72 predictions good where none made 45:
+// bench/results/2026-12-04-tuner-accuracy-intel-vm-l2-defaults.md); WEFT_TUNE=measure fits one
+// (0.72 on that VM). Sockets: loopback-class TCP. Both measured on 2-core x86 VMs
+// (bench/results/*-tuner-accuracy*.md).
+LinkCost defaultSharedMemoryCost() { return {1.1, 1.0 / 4500.0, 1.0 / 10000.0, 0.45}; }
 LinkCost defaultSocketCost() { return {15.0, 1.0 / 2500.0, 1.0 / 8000.0}; }
 // ~0.5 us for 8 bytes on 2 ranks, then ~7 GB/s per peer's input read and reduced, 1 to 16 KiB
 // on 2 and 4 ranks of a quiet 2-core VM (bench/results/2026-11-24-tuner-accuracy*.md): faster

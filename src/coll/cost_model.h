@@ -28,7 +28,9 @@ struct LinkCost {
   // Beta and gamma scale by this while the buffers fit in the cache each rank has (1: no
   // difference, as for sockets, whose cost is not the memory's).
   double inCacheFactor = 1;
-  // And by this too while they fit in its share of a core's L2 (1: no difference).
+  // And by this too while they fit in its share of a core's L2 (1: no difference; the only
+  // value sockets have, and the defaults', which WEFT_TUNE=measure fits where a link has a
+  // cache discount).
   double inPrivateCacheFactor = 1;
 };
 

@@ -33,7 +33,7 @@ Status Communicator::measureLinks() {
   const bool timeMemory = memoryBytes <= kMaxBytes;
   const bool timeCached = link_.inCacheFactor < 1 && cachedBytes >= (size_t{64} << 10) && cachedBytes <= kMaxBytes;
   const size_t privateBytes = layout_.privateCacheBytesPerRank / 8;  // send and receive: a quarter of the share
-  const bool timePrivate = link_.inPrivateCacheFactor < 1 && privateBytes >= (size_t{64} << 10) &&
+  const bool timePrivate = link_.inCacheFactor < 1 && privateBytes >= (size_t{64} << 10) &&
                            (!timeCached || privateBytes < cachedBytes);
   const size_t largest = std::max({timeMemory ? memoryBytes : 0, timeCached ? cachedBytes : 0, layout_.arenaBytes,
                                    size_t{1024}});
