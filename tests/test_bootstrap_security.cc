@@ -396,6 +396,7 @@ TEST_CASE("bootstrap: a rank's placement reaches its peers whole, and values out
   mine.cpus = 16;
   mine.cores = 8;
   mine.sharedMemory = false;
+  mine.sharedMemoryOnly = true;
   mine.cacheBytes = size_t{48} << 20;
   mine.privateCacheBytes = size_t{1280} << 10;
   std::vector<core::PeerRecord> records(2);
@@ -418,10 +419,21 @@ TEST_CASE("bootstrap: a rank's placement reaches its peers whole, and values out
   CHECK(got.cpus == 16);
   CHECK(got.cores == 8);
   CHECK_FALSE(got.sharedMemory);
+  CHECK(got.sharedMemoryOnly);
   CHECK(got.cacheBytes == mine.cacheBytes);
   CHECK(got.privateCacheBytes == mine.privateCacheBytes);
   const plan::RankPlacement& odd = peers.value()[1].placement;
   CHECK(odd.cores == 0);
   CHECK(odd.cpus == 0);
   CHECK(odd.preferredNic == -1);
+  // Counts and sizes past what the fields hold are sent as the most they hold, never wrapped.
+  plan::RankPlacement vast = mine;
+  vast.cores = 1 << 20;
+  vast.cpus = 1 << 21;
+  vast.privateCacheBytes = size_t{1} << 50;
+  const core::WirePlacement w = core::toWire(vast);
+  CHECK(w.cores == INT16_MAX);
+  CHECK(w.cpus == INT16_MAX);
+  CHECK(w.privateCacheKiB == UINT32_MAX);
+  CHECK(w.cacheKiB == (48u << 10));
 }

@@ -9,6 +9,7 @@
 #include "coll/cost_fit.h"
 #include "coll/tuner.h"
 #include "placements.h"
+#include "plan/placement.h"
 #include "plan/planner.h"
 
 using namespace weft;
@@ -237,6 +238,14 @@ TEST_CASE("cost model: bytes move faster again while the buffers fit in each ran
   CHECK(plan::privateCacheBytesPerRank(mixed) == (size_t{256} << 10));
   mixed.front().privateCacheBytes = 0;
   CHECK(plan::privateCacheBytesPerRank(mixed) == 0);
+  // A host whose L2s are its last level: its cache share is the L2's already, no second level.
+  topo::HostTopology l2Last;
+  l2Last.cacheBytes = 4 * kL2;
+  l2Last.privateCacheBytes = kL2;
+  l2Last.cores = l2Last.pus = 4;
+  CHECK(plan::placeRank(l2Last, -1, -1, 0).privateCacheBytes == 0);
+  l2Last.cacheBeyondPrivate = true;
+  CHECK(plan::placeRank(l2Last, -1, -1, 0).privateCacheBytes == kL2);
 
   // 2 ranks with 1.25 MiB of L2 each: a send and a receive buffer of 128 KiB take a fifth of it,
   // at the L2's rate; of 640 KiB, all of it, at the L3's; of 320 KiB, half, in between.
@@ -267,9 +276,58 @@ TEST_CASE("cost model: bytes move faster again while the buffers fit in each ran
   blind.cacheBytesPerRank = 0;
   CHECK(ring(shm, l2, inL2) < ring(shm, l3Only, inL2));
   CHECK(ring(shm, l3Only, inL2) < ring(shm, blind, inL2));
-  // Sockets are not priced by the memory: no discount.
-  const coll::LinkCost socket = coll::defaultSocketCost();
-  CHECK(ring(socket, l2, inL2) == ring(socket, blind, inL2));
+}
+
+TEST_CASE("cost model: WEFT_TUNE=measure times only buffers it has, none over 64 MiB", "[tuner]") {
+  constexpr size_t kMiB = size_t{1} << 20;
+  auto layout = [](int nranks, int cpus, size_t l3, size_t l2) {
+    auto ranks = interleaved(1, nranks, cpus);
+    for (auto& r : ranks) {
+      r.cacheBytes = l3;
+      r.privateCacheBytes = l2;
+    }
+    coll::CommLayout out = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), nranks, plan::ranksPerCpu(ranks),
+                                          plan::cacheBytesPerRank(ranks), plan::privateCacheBytesPerRank(ranks));
+    out.arenaBytes = coll::kArenaMaxBytes;
+    return out;
+  };
+  const coll::LinkCost shm = coll::defaultSharedMemoryCost();
+  auto sane = [](const coll::FitTimingBytes& t) {
+    for (size_t bytes : {t.inL2, t.inCache, t.beyondCache}) {
+      CHECK(bytes <= 64 * kMiB);
+      CHECK(bytes <= t.largest);
+    }
+    CHECK(t.largest >= coll::kArenaMaxBytes);
+  };
+  // 2 ranks on the 2-vCPU Xeon VM (48 MiB of L3, counted as 16 MiB a CPU; 1.25 MiB of L2):
+  // 160 KiB in the L2, 4 MiB in the cache, 32 MiB beyond it.
+  const coll::FitTimingBytes vm = coll::fitTimingBytes(shm, layout(2, 2, 48 * kMiB, 1280 << 10));
+  CHECK(vm.inL2 == (size_t{160} << 10));
+  CHECK(vm.inCache == 4 * kMiB);
+  CHECK(vm.beyondCache == 32 * kMiB);
+  CHECK(vm.largest == 32 * kMiB);
+  sane(vm);
+  // A cache too large to time in or beyond (1 GiB over 2 ranks whose CPUs are unknown): only
+  // the L2 call, and the buffers are sized for it.
+  const coll::FitTimingBytes huge = coll::fitTimingBytes(shm, layout(2, 0, 1024 * kMiB, kMiB));
+  CHECK(huge.inCache == 0);
+  CHECK(huge.beyondCache == 0);
+  CHECK(huge.inL2 == (size_t{128} << 10));
+  sane(huge);
+  // 8 ranks on 2 CPUs: a 40 KiB call would be timed by its messages, not its bytes.
+  const coll::FitTimingBytes crowded = coll::fitTimingBytes(shm, layout(8, 2, 48 * kMiB, 1280 << 10));
+  CHECK(crowded.inL2 == 0);
+  sane(crowded);
+  // An L2 share no smaller than the cache call's buffers: the cache call stands for both.
+  const coll::FitTimingBytes small = coll::fitTimingBytes(shm, layout(2, 2, kMiB, 2 * kMiB));
+  CHECK(small.inL2 == 0);
+  sane(small);
+  // Sockets: no cache discount to fit.
+  const coll::FitTimingBytes socket = coll::fitTimingBytes(coll::defaultSocketCost(), layout(2, 2, 48 * kMiB, kMiB));
+  CHECK(socket.inL2 == 0);
+  CHECK(socket.inCache == 0);
+  CHECK(socket.beyondCache == 32 * kMiB);
+  sane(socket);
 }
 
 TEST_CASE("cost model: the INFO line names every algorithm a collective has, at the model's price", "[tuner]") {

@@ -57,6 +57,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(laptop.pus == 8);
   CHECK(laptop.cacheBytes == (size_t{8} << 20));
   CHECK(laptop.privateCacheBytes == size_t{256} << 10);  // one core's L2
+  CHECK(laptop.cacheBeyondPrivate);                     // and an L3 beyond it
   CHECK(laptop.gpus.empty());
   REQUIRE(laptop.nics.size() == 1);
   CHECK(laptop.nics[0].name == "eth0");
@@ -142,6 +143,7 @@ TEST_CASE("topology: the fixtures load with their devices", "[topology]") {
   CHECK(quiet.nics.empty());
   CHECK(quiet.gpus.empty());
   CHECK(quiet.cacheBytes == 0);  // none described: unknown
+  CHECK_FALSE(quiet.cacheBeyondPrivate);
 }
 
 TEST_CASE("topology: a runtime's GPU is found by its PCI bus id, however the id is written", "[topology]") {

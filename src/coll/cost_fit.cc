@@ -1,5 +1,6 @@
 #include "coll/cost_fit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -20,6 +21,21 @@ double solveRising(const std::function<double(double)>& rising, double target, d
 }
 
 }  // namespace
+
+FitTimingBytes fitTimingBytes(const LinkCost& link, const CommLayout& layout) {
+  constexpr size_t kMaxBytes = size_t{64} << 20, kMinBytes = size_t{64} << 10;
+  const bool cacheDiscount = link.inCacheFactor < 1;
+  FitTimingBytes t;
+  const size_t cache = layout.cacheBytesPerRank;
+  const size_t beyond = std::max(2 * cache, size_t{8} << 20);
+  if (beyond <= kMaxBytes) t.beyondCache = beyond;
+  const size_t inCache = cache / 4;  // a send and a receive buffer: half the share
+  if (cacheDiscount && inCache >= kMinBytes && inCache <= kMaxBytes) t.inCache = inCache;
+  const size_t inL2 = layout.privateCacheBytesPerRank / 8;  // both buffers: a quarter of the share
+  if (cacheDiscount && inL2 >= kMinBytes && inL2 <= kMaxBytes && (t.inCache == 0 || inL2 < t.inCache)) t.inL2 = inL2;
+  t.largest = std::max({t.inL2, t.inCache, t.beyondCache, layout.arenaBytes, size_t{1024}});
+  return t;
+}
 
 bool fitsTreeCrowding(const CommLayout& layout) { return layout.nranks > 2 && layout.ranksPerCpu > 1; }
 

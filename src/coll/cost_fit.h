@@ -30,6 +30,21 @@ struct MeasuredAllReduce {
   Timing ringPrivate;  // footprint within a quarter of the rank's L2 share
 };
 
+// The bytes of the ring all-reduces WEFT_TUNE=measure times (0: not timed) besides the small
+// one, and the largest buffer any of its timings needs:
+// - inL2: buffers in a quarter of the rank's L2 share, where that is at least 64 KiB (below it
+//   the per-message costs would decide the time) and under inCache;
+// - inCache: in half its cache share, from 64 KiB;
+// - beyondCache: twice that share, at least 8 MiB.
+// The first two only where the link has a cache discount (not sockets); none over 64 MiB.
+struct FitTimingBytes {
+  size_t inL2 = 0;
+  size_t inCache = 0;
+  size_t beyondCache = 0;
+  size_t largest = 0;  // of those, the arena's largest call and the small call (1 KiB)
+};
+FitTimingBytes fitTimingBytes(const LinkCost& link, const CommLayout& layout);
+
 struct FittedCosts {
   LinkCost link;
   LinkCost arena;

@@ -14,30 +14,15 @@ namespace weft::core {
 
 // Out-of-place all-reduces of float32, each timed as weft-perf times one (the mean over
 // back-to-back calls after a warm-up; the median of three such runs, so that one descheduling
-// or page fault does not decide it): the ring small; with buffers in a quarter of the rank's L2
-// share (where that is at least 64 KiB: below it the per-message costs would decide the time);
-// with buffers in half its cache share; with buffers twice that share (at least 8 MiB); and,
-// where the arena serves small
-// all-reduces, the one-shot through it at 8 bytes and at its largest; where more than 2 ranks
-// share CPUs, the tree at 1 KiB. A timing that would need buffers over 64 MiB, or a cache
-// discount the link does not have (sockets), is left out: the discount then keeps its default,
-// and without the timing beyond the cache the one in it sets the per-byte prices
-// (coll/cost_fit.h). Rank 0's fit goes to every rank, so that all choose alike, and the choices
-// made while algorithms were forced are forgotten.
+// or page fault does not decide it): the ring small, in the L2, in the cache and beyond it as
+// coll::fitTimingBytes sizes them; where the arena serves small all-reduces, the one-shot
+// through it at 8 bytes and at its largest; where more than 2 ranks share CPUs, the tree at
+// 1 KiB. A part not timed keeps its price (coll/cost_fit.h). Rank 0's fit goes to every rank,
+// so that all choose alike, and the choices made while algorithms were forced are forgotten.
 Status Communicator::measureLinks() {
   if (size() < 2) return Status::ok();  // nothing to time, nothing to choose
-  constexpr size_t kMaxBytes = size_t{64} << 20;
-  const size_t cache = layout_.cacheBytesPerRank;
-  const size_t memoryBytes = std::max(2 * cache, size_t{8} << 20);
-  const size_t cachedBytes = cache / 4;  // send and receive buffers: half the share
-  const bool timeMemory = memoryBytes <= kMaxBytes;
-  const bool timeCached = link_.inCacheFactor < 1 && cachedBytes >= (size_t{64} << 10) && cachedBytes <= kMaxBytes;
-  const size_t privateBytes = layout_.privateCacheBytesPerRank / 8;  // send and receive: a quarter of the share
-  const bool timePrivate = link_.inCacheFactor < 1 && privateBytes >= (size_t{64} << 10) &&
-                           (!timeCached || privateBytes < cachedBytes);
-  const size_t largest = std::max({timeMemory ? memoryBytes : 0, timeCached ? cachedBytes : 0, layout_.arenaBytes,
-                                   size_t{1024}});
-  std::vector<float> send(std::max(largest / sizeof(float), static_cast<size_t>(size())), 1.0f);
+  const coll::FitTimingBytes sizes = coll::fitTimingBytes(link_, layout_);
+  std::vector<float> send(std::max(sizes.largest / sizeof(float), static_cast<size_t>(size())), 1.0f);
   std::vector<float> recv(send.size());
 
   const coll::TuningConfig saved = tuning_;
@@ -60,9 +45,11 @@ Status Communicator::measureLinks() {
   using coll::Algorithm;
   coll::MeasuredAllReduce measured;
   Status status = time(Algorithm::Ring, 1024, 20, 100, &measured.ringSmall);
-  if (status.isOk() && timePrivate) status = time(Algorithm::Ring, privateBytes, 5, 20, &measured.ringPrivate);
-  if (status.isOk() && timeCached) status = time(Algorithm::Ring, cachedBytes, 5, 20, &measured.ringCached);
-  if (status.isOk() && timeMemory) status = time(Algorithm::Ring, memoryBytes, 2, 3, &measured.ringMemory);
+  if (status.isOk() && sizes.inL2 > 0) status = time(Algorithm::Ring, sizes.inL2, 5, 20, &measured.ringPrivate);
+  if (status.isOk() && sizes.inCache > 0) status = time(Algorithm::Ring, sizes.inCache, 5, 20, &measured.ringCached);
+  if (status.isOk() && sizes.beyondCache > 0) {
+    status = time(Algorithm::Ring, sizes.beyondCache, 2, 3, &measured.ringMemory);
+  }
   if (status.isOk() && layout_.arenaBytes > 0) {
     status = time(Algorithm::OneShot, 8, 20, 100, &measured.arenaSmall);
     if (status.isOk()) status = time(Algorithm::OneShot, layout_.arenaBytes, 20, 100, &measured.arenaLarge);

@@ -15,7 +15,8 @@ RankPlacement placeRank(const topo::HostTopology& host, int numaNode, int gpu, i
   p.nicCount = host.fabricNicCount();
   p.cpus = host.pus;
   p.cacheBytes = host.cacheBytes;
-  p.privateCacheBytes = host.privateCacheBytes;
+  // Where the L2s are the last level, cacheBytes counts them already: no second level to price.
+  p.privateCacheBytes = host.cacheBeyondPrivate ? host.privateCacheBytes : 0;
   p.cores = host.cores;
   if (p.nicCount == 0) return p;
   const auto fabric = static_cast<size_t>(p.nicCount);

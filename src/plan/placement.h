@@ -20,7 +20,9 @@ struct RankPlacement {
   bool sharedMemory = true;  // it may use shared memory (not WEFT_TRANSPORT=socket or WEFT_SHM_DISABLE=1)
   bool sharedMemoryOnly = false;  // every pair of its must use shared memory (WEFT_TRANSPORT=shm)
   size_t cacheBytes = 0;     // its host's last-level cache (topo::HostTopology::cacheBytes); 0 unknown
-  size_t privateCacheBytes = 0;  // its host's L2 a core (topo::HostTopology::privateCacheBytes); 0 unknown
+  // Its host's L2 a core (topo::HostTopology::privateCacheBytes) where an L3 lies beyond it; 0
+  // unknown or none.
+  size_t privateCacheBytes = 0;
 };
 
 // This rank's placement on `host`: its NUMA node from the CPUs it may run on, its GPU (-1 for

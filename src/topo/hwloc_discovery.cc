@@ -162,7 +162,10 @@ Result<HostTopology> fromHwloc(hwloc_topology_t t, std::string source) {
         break;
       }
     }
-    if (h.cacheBytes > 0) break;
+    if (h.cacheBytes > 0) {
+      h.cacheBeyondPrivate = level == HWLOC_OBJ_L3CACHE;
+      break;
+    }
   }
   for (hwloc_obj_t c = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_L2CACHE, nullptr); c != nullptr;
        c = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_L2CACHE, c)) {

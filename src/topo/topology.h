@@ -48,6 +48,8 @@ struct HostTopology {
   // The cache a core has to itself: the smallest L2 on the host, in bytes; 0 where the topology
   // describes none.
   size_t privateCacheBytes = 0;
+  // Whether cacheBytes counts a level beyond the L2 (the L3s); false where the L2s are the last.
+  bool cacheBeyondPrivate = false;
   std::vector<NumaNode> numaNodes;
   std::vector<PciDevice> gpus;
   std::vector<PciDevice> nics;  // RDMA first, then faster links first, then bus order
