@@ -32,7 +32,7 @@ struct WirePlacement {
   int16_t cpus;  // CPUs its host lets it use; 0 unknown
   int16_t flags;  // kPlacementNoSharedMemory, kPlacementSharedMemoryOnly
   uint32_t cacheKiB;  // its host's last-level cache; 0 unknown
-  uint32_t privateCacheKiB;  // its host's L2 a core; 0 unknown
+  uint32_t privateCacheKiB;  // its host's L2 a core where an L3 lies beyond it; 0 unknown or none
   int16_t cores;  // cores its host lets it use; 0 unknown
   int16_t reserved;
 };
