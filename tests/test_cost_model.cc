@@ -251,8 +251,7 @@ TEST_CASE("cost model: bytes move faster again while the buffers fit in each ran
   // at the L2's rate; of 640 KiB, all of it, at the L3's; of 320 KiB, half, in between.
   const auto pair = withL2(interleaved(1, 2, 2), 2);
   const coll::RankOrder order = plan::rankOrderOf(plan::makePlan(pair));
-  const coll::CommLayout l2 = coll::layoutOf(order, 2, plan::ranksPerCpu(pair), plan::cacheBytesPerRank(pair),
-                                             plan::privateCacheBytesPerRank(pair));
+  const coll::CommLayout l2 = plan::commLayoutOf(order, pair);
   const coll::CommLayout l3Only = coll::layoutOf(order, 2, plan::ranksPerCpu(pair), plan::cacheBytesPerRank(pair));
   REQUIRE(l2.privateCacheBytesPerRank == kL2);
   // The defaults add no L2 discount (see defaultSharedMemoryCost); WEFT_TUNE=measure fits one.
@@ -286,8 +285,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure times only buffers it has, none over 64
       r.cacheBytes = l3;
       r.privateCacheBytes = l2;
     }
-    coll::CommLayout out = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), nranks, plan::ranksPerCpu(ranks),
-                                          plan::cacheBytesPerRank(ranks), plan::privateCacheBytesPerRank(ranks));
+    coll::CommLayout out = plan::commLayoutOf(plan::rankOrderOf(plan::makePlan(ranks)), ranks);
     out.arenaBytes = coll::kArenaMaxBytes;
     return out;
   };
@@ -359,8 +357,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
       r.privateCacheBytes = size_t{2} << 20;
       r.cores = cpus;
     }
-    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 4, plan::ranksPerCpu(ranks),
-                                             plan::cacheBytesPerRank(ranks), plan::privateCacheBytesPerRank(ranks));
+    coll::CommLayout layout = plan::commLayoutOf(plan::rankOrderOf(plan::makePlan(ranks)), ranks);
     layout.arenaBytes = coll::kArenaMaxBytes;
     const coll::LinkCost truth{0.7, 1.0 / 9000.0, 1.0 / 20000.0, 0.6, 0.7};
     coll::CommLayout truthLayout = layout;
@@ -410,8 +407,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
   {
     auto ranks = interleaved(1, 2, 2);
     for (auto& r : ranks) r.cacheBytes = size_t{32} << 20;
-    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 2, plan::ranksPerCpu(ranks),
-                                             plan::cacheBytesPerRank(ranks));
+    coll::CommLayout layout = plan::commLayoutOf(plan::rankOrderOf(plan::makePlan(ranks)), ranks);
     layout.arenaBytes = coll::kArenaMaxBytes;
     const coll::MeasuredAllReduce vm{{1024, 0.8}, {size_t{4} << 20, 247.7}, {size_t{32} << 20, 3961.6},
                                      {8, 0.11}, {coll::kArenaMaxBytes, 2.79}};
@@ -434,8 +430,7 @@ TEST_CASE("cost model: WEFT_TUNE=measure's fit recovers the link and arena costs
       r.cacheBytes = size_t{260} << 20;
       r.cpus = 0;
     }
-    coll::CommLayout layout = coll::layoutOf(plan::rankOrderOf(plan::makePlan(ranks)), 2, plan::ranksPerCpu(ranks),
-                                             plan::cacheBytesPerRank(ranks));
+    coll::CommLayout layout = plan::commLayoutOf(plan::rankOrderOf(plan::makePlan(ranks)), ranks);
     const coll::LinkCost truth{0.9, 1.0 / 3000.0, 1.0 / 6000.0, coll::defaultSharedMemoryCost().inCacheFactor};
     const size_t chunk = coll::kSharedMemoryChunkBytes;
     auto timed = [&](size_t bytes) {

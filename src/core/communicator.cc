@@ -200,9 +200,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdContent
   // fall back together.
   const bool arena = nranks > 1 && plan.hosts == 1 &&
                      std::all_of(placements.begin(), placements.end(), [](const plan::RankPlacement& p) { return p.sharedMemory; });
-  communicator->layout_ =
-      coll::layoutOf(communicator->order_, nranks, plan::ranksPerCpu(placements), plan::cacheBytesPerRank(placements),
-                     plan::privateCacheBytesPerRank(placements));
+  communicator->layout_ = plan::commLayoutOf(communicator->order_, placements);
   communicator->layout_.arenaBytes = arena ? coll::kArenaMaxBytes : 0;
   if (tuning.pipeline.streamingMinBytes == SIZE_MAX && communicator->layout_.cacheBytesPerRank > 0) {
     communicator->tuning_.pipeline.streamingMinBytes = communicator->layout_.cacheBytesPerRank / 2;

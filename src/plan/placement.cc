@@ -90,46 +90,51 @@ double ranksPerCpu(const std::vector<RankPlacement>& ranks) {
   return worst;
 }
 
-size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
-  struct HostShare {
-    size_t ranks = 0;
-    size_t cpus = 0;
-    size_t cacheBytes = 0;
-  };
-  std::map<int, HostShare> hosts;
+namespace {
+
+// One host's ranks, the most processing units (CPUs or cores) any of them reports, and the
+// least cache any reports.
+struct HostCache {
+  size_t ranks = 0;
+  size_t units = 0;
+  size_t cacheBytes = 0;
+};
+
+// The least `share` of any host, its ranks grouped by RankPlacement::host; 0 without ranks.
+template <class Units, class Cache, class Share>
+size_t leastShare(const std::vector<RankPlacement>& ranks, Units units, Cache cache, Share share) {
+  std::map<int, HostCache> hosts;
   for (const RankPlacement& r : ranks) {
-    HostShare& h = hosts[r.host];
+    HostCache& h = hosts[r.host];
     ++h.ranks;
-    h.cpus = std::max(h.cpus, static_cast<size_t>(std::max(r.cpus, 0)));
-    h.cacheBytes = h.ranks == 1 ? r.cacheBytes : std::min(h.cacheBytes, r.cacheBytes);
+    h.units = std::max(h.units, static_cast<size_t>(std::max(units(r), 0)));
+    h.cacheBytes = h.ranks == 1 ? cache(r) : std::min(h.cacheBytes, cache(r));
   }
   size_t least = SIZE_MAX;
-  for (const auto& [host, h] : hosts) {
-    const size_t usable = h.cpus > 0 ? std::min(h.cacheBytes, kMostCacheBytesPerCpu * h.cpus) : h.cacheBytes;
-    least = std::min(least, usable / std::max(h.ranks, h.cpus));
-  }
+  for (const auto& [host, h] : hosts) least = std::min(least, share(h));
   return least == SIZE_MAX ? 0 : least;
 }
 
+}  // namespace
+
+size_t cacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
+  return leastShare(
+      ranks, [](const RankPlacement& r) { return r.cpus; }, [](const RankPlacement& r) { return r.cacheBytes; },
+      [](const HostCache& h) {
+        const size_t cpus = h.units;
+        const size_t usable = cpus > 0 ? std::min(h.cacheBytes, kMostCacheBytesPerCpu * cpus) : h.cacheBytes;
+        return usable / std::max(h.ranks, cpus);
+      });
+}
+
 size_t privateCacheBytesPerRank(const std::vector<RankPlacement>& ranks) {
-  struct HostShare {
-    size_t ranks = 0;
-    size_t cores = 0;
-    size_t cacheBytes = 0;
-  };
-  std::map<int, HostShare> hosts;
-  for (const RankPlacement& r : ranks) {
-    HostShare& h = hosts[r.host];
-    ++h.ranks;
-    h.cores = std::max(h.cores, static_cast<size_t>(std::max(r.cores > 0 ? r.cores : r.cpus, 0)));
-    h.cacheBytes = h.ranks == 1 ? r.privateCacheBytes : std::min(h.cacheBytes, r.privateCacheBytes);
-  }
-  size_t least = SIZE_MAX;
-  for (const auto& [host, h] : hosts) {
-    const size_t cores = h.cores > 0 ? h.cores : h.ranks;  // unknown: a core each
-    least = std::min(least, h.ranks <= cores ? h.cacheBytes : h.cacheBytes * cores / h.ranks);
-  }
-  return least == SIZE_MAX ? 0 : least;
+  return leastShare(
+      ranks, [](const RankPlacement& r) { return r.cores > 0 ? r.cores : r.cpus; },
+      [](const RankPlacement& r) { return r.privateCacheBytes; },
+      [](const HostCache& h) {
+        const size_t cores = h.units > 0 ? h.units : h.ranks;  // unknown: a core each
+        return h.ranks <= cores ? h.cacheBytes : h.cacheBytes * cores / h.ranks;
+      });
 }
 
 int currentNumaNode(const topo::HostTopology& host) {

@@ -239,6 +239,11 @@ coll::RankOrder rankOrderOf(const Plan& plan) {
   return order;
 }
 
+coll::CommLayout commLayoutOf(const coll::RankOrder& order, const std::vector<RankPlacement>& ranks) {
+  return coll::layoutOf(order, static_cast<int>(ranks.size()), ranksPerCpu(ranks), cacheBytesPerRank(ranks),
+                        privateCacheBytesPerRank(ranks));
+}
+
 std::vector<std::pair<int, int>> channelNics(const Plan& plan, const std::vector<RankPlacement>& ranks, int a, int b) {
   std::vector<std::pair<int, int>> out;
   const auto n = static_cast<int>(ranks.size());

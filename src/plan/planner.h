@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "coll/cost_model.h"
 #include "coll/rank_order.h"
 #include "plan/placement.h"
 
@@ -68,6 +69,11 @@ bool anySocketPair(const Plan& plan, const std::vector<RankPlacement>& ranks);
 // What the collective algorithms follow: the first channel's ring (every channel's, for the
 // ring all-reduce) and the two trees.
 coll::RankOrder rankOrderOf(const Plan& plan);
+
+// What the cost model knows of `ranks` following `order` (rankOrderOf): their number, the trees'
+// shape, the most crowded host's ranks per CPU and the least cache shares, as every rank and
+// weft-topo --predict take it (arenaBytes is the caller's to set).
+coll::CommLayout commLayoutOf(const coll::RankOrder& order, const std::vector<RankPlacement>& ranks);
 
 // The NICs that ranks a and b use in each channel, as (a's, b's), for a pair on different hosts
 // in a plan with several channels; empty otherwise. The pair's socket streams are spread over

@@ -64,8 +64,7 @@ int printPredictions(const weft::topo::HostTopology& host, int n, bool socketLin
   for (int l = 0; l < n; ++l) ranks.push_back(weft::plan::placeRank(host, -1, -1, l));
   const auto plan = weft::plan::makePlan(ranks);
   // One host over shared memory: small all-reduces may take the arena.
-  CommLayout layout = layoutOf(weft::plan::rankOrderOf(plan), n, weft::plan::ranksPerCpu(ranks),
-                               weft::plan::cacheBytesPerRank(ranks), weft::plan::privateCacheBytesPerRank(ranks));
+  CommLayout layout = weft::plan::commLayoutOf(weft::plan::rankOrderOf(plan), ranks);
   layout.arenaBytes = socketLinks ? 0 : kArenaMaxBytes;
   const LinkCost link = socketLinks ? defaultSocketCost() : defaultSharedMemoryCost();
   for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
