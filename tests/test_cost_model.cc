@@ -258,23 +258,23 @@ TEST_CASE("cost model: bytes move faster again while the buffers fit in each ran
   CHECK(coll::defaultSharedMemoryCost().inPrivateCacheFactor == 1);
   coll::LinkCost shm = coll::defaultSharedMemoryCost();
   shm.inPrivateCacheFactor = 0.72;
-  auto ring = [&](const coll::LinkCost& link, const coll::CommLayout& layout, size_t bytes) {
-    return coll::predictUs(link, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19);
+  auto ring = [&](const coll::CommLayout& layout, size_t bytes) {
+    return coll::predictUs(shm, layout, Collective::AllReduce, Algorithm::Ring, bytes, kF32, 1 << 19);
   };
   // A 2-rank ring's price is two messages and the bytes: the discount applies to the bytes.
   auto bytesPart = [&](const coll::CommLayout& layout, size_t bytes) {
-    return ring(shm, layout, bytes) - ring(shm, layout, 8);
+    return ring(layout, bytes) - ring(layout, 8);
   };
   const size_t inL2 = size_t{128} << 10, between = size_t{320} << 10, pastL2 = kL2 / 2;
   CHECK(bytesPart(l2, inL2) == Approx(shm.inPrivateCacheFactor * bytesPart(l3Only, inL2)).epsilon(0.01));
-  CHECK(ring(shm, l2, pastL2) == ring(shm, l3Only, pastL2));
+  CHECK(ring(l2, pastL2) == ring(l3Only, pastL2));
   CHECK(bytesPart(l2, between) > bytesPart(l2, inL2) * 2.5 * 1.1);  // the discount fades
-  CHECK(ring(shm, l2, between) < ring(shm, l3Only, between));
+  CHECK(ring(l2, between) < ring(l3Only, between));
   // The L2 discount multiplies the L3's: both apply while the buffers fit in both.
   coll::CommLayout blind = l3Only;
   blind.cacheBytesPerRank = 0;
-  CHECK(ring(shm, l2, inL2) < ring(shm, l3Only, inL2));
-  CHECK(ring(shm, l3Only, inL2) < ring(shm, blind, inL2));
+  CHECK(ring(l2, inL2) < ring(l3Only, inL2));
+  CHECK(ring(l3Only, inL2) < ring(blind, inL2));
 }
 
 TEST_CASE("cost model: WEFT_TUNE=measure times only buffers it has, none over 64 MiB", "[tuner]") {
